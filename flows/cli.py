@@ -1,0 +1,241 @@
+"""`kbflow` command line.
+
+Exit codes: 0 success, 1 some documents failed (the rest were indexed), 2 the command could not
+run (bad arguments, missing root, store unavailable, invalid setting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+EPILOG = """\
+Settings come from KBFLOW_* environment variables (e.g. KBFLOW_HOME, KBFLOW_MILVUS_URI,
+KBFLOW_DATABASE_URL, KBFLOW_EMBEDDING_MODEL, KBFLOW_CHUNK_MAX_CHARS); flags override them.
+
+examples:
+  kbflow reindex seed-docs                 incremental reindex into ./.kbflow
+  kbflow reindex docs/ --scope team-a      only scope team-a (files without kb_scope join it)
+  kbflow reindex docs/ --full              rebuild each scope into a new collection, swap alias
+  kbflow reindex docs/ --json              one JSON summary object on stdout
+  kbflow status                            per scope: documents, chunks, collection, model
+"""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--home", help="state directory (default ./.kbflow, env KBFLOW_HOME)")
+    parser.add_argument("--milvus-uri", help="Milvus URI or Lite file (env KBFLOW_MILVUS_URI)")
+    parser.add_argument("--database-url", help="SQLAlchemy URL (env KBFLOW_DATABASE_URL)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kbflow",
+        description="Index Markdown knowledge into Milvus (dense + BM25) and SQL, and inspect it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "reindex",
+        help="index Markdown roots (incremental by default)",
+        description="Index every *.md under PATH... Unchanged files cost nothing; changed files "
+        "replace their chunks; files gone from a root are removed. A bad file is reported with "
+        "its reason and the rest are still indexed (exit code 1).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="root directory of Markdown files")
+    p.add_argument("--scope", help="index only this kb_scope; files without kb_scope join it")
+    p.add_argument("--full", action="store_true", help="rebuild into a new collection, switch the alias")
+    p.add_argument(
+        "--analyzer",
+        choices=["standard", "jieba"],
+        help="BM25 analyzer for scopes created or rebuilt by this run",
+    )
+    p.add_argument("--prefect", action="store_true", help="run as the Prefect 'reindex' flow")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    _common(p)
+
+    p = sub.add_parser("status", help="show what is indexed, per scope")
+    _common(p)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from kbcore.settings import Settings
+
+    overrides: dict[str, Any] = {}
+    for flag, key in (("home", "home"), ("milvus_uri", "milvus_uri"), ("database_url", "database_url")):
+        value = getattr(args, flag, None)
+        if value:
+            overrides[key] = value
+    analyzer = getattr(args, "analyzer", None)
+    if analyzer:
+        overrides["analyzer"] = analyzer
+        scope = getattr(args, "scope", None)
+        if scope:
+            overrides["scope_analyzers"] = {scope: analyzer}
+    return Settings(**overrides)
+
+
+def _err(message: str) -> int:
+    print(f"kbflow: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from ingest.sources import RootError
+    from kbcore.milvus_store import StoreUnavailable
+    from kbcore.validation import InvalidValue
+
+    try:
+        settings = _settings(args)
+        if args.command == "reindex":
+            return _reindex(args, settings)
+        return _status(args, settings)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return _err(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+    except (RootError, InvalidValue, StoreUnavailable) as exc:
+        return _err(str(exc))
+
+
+def _reindex(args: argparse.Namespace, settings: Any) -> int:
+    from rich.console import Console
+
+    from ingest.reindex import ReindexSummary, ScopeSummary, reindex
+
+    if args.scope:
+        from kbcore.validation import validate_scope
+
+        validate_scope(args.scope)
+    err = Console(stderr=True)
+    if args.prefect:
+        from flows.reindex import run_reindex_flow
+
+        ok, data = run_reindex_flow(args.paths, args.scope, args.full, str(settings.home))
+        scopes = {k: ScopeSummary(**v) for k, v in data.pop("scopes").items()}
+        data.pop("ok")
+        summary = ReindexSummary(**data, scopes=scopes)
+    else:
+        show = err.is_terminal and not args.no_progress
+        summary = (
+            _run_with_progress(reindex, args, settings, err)
+            if show
+            else reindex(args.paths, scope=args.scope, full=args.full, settings=settings)
+        )
+    if args.json:
+        print(json.dumps(summary.to_dict(), ensure_ascii=False))
+    else:
+        _print_summary(summary, Console())
+    return 0 if summary.ok else 1
+
+
+def _run_with_progress(reindex: Any, args: argparse.Namespace, settings: Any, console: Any) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(f"{stage} chunks", total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        return reindex(args.paths, scope=args.scope, full=args.full, settings=settings, progress=progress)
+
+
+def _print_summary(summary: Any, console: Any) -> None:
+    from rich.table import Table
+
+    from flows.common import summary_rows
+
+    table = Table(title=f"kbflow reindex ({summary.mode})", show_header=False)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for label, value in summary_rows(summary):
+        table.add_row(label, value)
+    console.print(table)
+    if summary.scopes:
+        scopes = Table(title="scopes")
+        for col in ("scope", "documents", "collection (alias)", "physical collection", "analyzer"):
+            scopes.add_column(col)
+        for s in summary.scopes.values():
+            scopes.add_row(s.kb_scope, str(s.documents), s.collection, s.physical_collection, s.analyzer)
+        console.print(scopes)
+    for w in summary.warnings:
+        console.print(f"[yellow]warning[/yellow] {w['path']}: {w['reason']}", highlight=False)
+    if summary.skipped_other_scope:
+        console.print(f"{summary.skipped_other_scope} file(s) declare another kb_scope and were skipped")
+    for f in summary.failed:
+        console.print(f"[red]FAILED[/red] {f['path']}: {f['reason']}", highlight=False)
+
+
+def _status(args: argparse.Namespace, settings: Any) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ingest.status import last_run, scope_statuses
+    from kbcore.stores import open_stores
+
+    stores = open_stores(settings)
+    statuses = scope_statuses(stores)
+    run = last_run(stores)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "home": str(settings.home),
+                    "milvus_uri": settings.resolved_milvus_uri,
+                    "scopes": [s.to_dict() for s in statuses],
+                    "last_run": run,
+                },
+                ensure_ascii=False,
+            )
+        )
+        return 0
+    console = Console()
+    if not statuses:
+        console.print(f"nothing indexed under {settings.resolved_milvus_uri}; run `kbflow reindex PATH`")
+        return 0
+    table = Table(title=f"kbflow status — {settings.resolved_milvus_uri}")
+    for col in ("scope", "documents", "errors", "chunks", "collection", "alias target", "analyzer", "model"):
+        table.add_column(col)
+    for s in statuses:
+        table.add_row(
+            s.kb_scope,
+            str(s.documents),
+            str(s.documents_with_errors),
+            str(s.chunks),
+            s.collection,
+            s.alias_target or "[red]missing[/red]",
+            s.analyzer,
+            s.model,
+        )
+    console.print(table)
+    if run:
+        console.print(
+            f"last reindex: {run['finished_at']} ({run['mode']}, {'ok' if run['ok'] else 'with failures'})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

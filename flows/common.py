@@ -1,0 +1,40 @@
+"""Rendering shared by the CLI and the flows."""
+
+from __future__ import annotations
+
+from ingest.reindex import ReindexSummary
+
+
+def summary_rows(summary: ReindexSummary) -> list[tuple[str, str]]:
+    """(label, value) pairs in the order a person reads a reindex result."""
+    return [
+        ("documents added", str(summary.added)),
+        ("documents updated", str(summary.updated)),
+        ("documents unchanged", str(summary.unchanged)),
+        ("documents removed", str(summary.removed)),
+        ("documents failed", str(len(summary.failed))),
+        ("chunks written", str(summary.chunks_written)),
+        ("chunks embedded", str(summary.chunks_embedded)),
+        ("embedding cache hits", str(summary.cache_hits)),
+        ("seconds", f"{summary.seconds:.1f}"),
+    ]
+
+
+def summary_markdown(summary: ReindexSummary) -> str:
+    scope = f" — scope `{summary.kb_scope}`" if summary.kb_scope else ""
+    lines = [f"# kbflow reindex ({summary.mode})", "", f"Roots: {', '.join(summary.roots)}{scope}", ""]
+    lines += ["| | |", "|---|---:|", *(f"| {k} | {v} |" for k, v in summary_rows(summary)), ""]
+    if summary.scopes:
+        lines += [
+            "| scope | collection | physical collection | analyzer | documents |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {s.kb_scope} | {s.collection} | {s.physical_collection} | {s.analyzer} | {s.documents} |"
+            for s in summary.scopes.values()
+        ]
+        lines.append("")
+    if summary.failed:
+        lines += ["## Failed", "", "| file | reason |", "|---|---|"]
+        lines += [f"| {f['path']} | {f['reason'].replace('|', '/')} |" for f in summary.failed]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,180 @@
+"""Read one Markdown file and turn it into a validated `ParsedDocument` (SPEC §2.1-2.2).
+
+Every rejection is a `DocumentError` whose reason names what is wrong; the caller reports it
+against the file and goes on with the other files.
+
+Ids: `source` becomes the doc_id. A missing `source` gets a stable id derived from the file's
+path (reported as a warning); a `source` that is present but invalid is rejected, because
+silently renaming an id the author chose would break references to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import yaml
+
+from kbcore.validation import InvalidValue, validate_category, validate_doc_id, validate_scope
+
+KNOWN_KEYS = {"source", "breadcrumb", "kb_scope", "title", "keywords", "language"}
+_H1 = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+class DocumentError(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class ParsedDocument:
+    doc_id: str
+    doc_id_derived: bool
+    kb_scope: str
+    title: str
+    breadcrumb: list[str]
+    keywords: list[str]
+    language: str
+    body: str
+    content_hash: str
+    rel_path: str
+    root: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def category(self) -> str:
+        return self.breadcrumb[0] if self.breadcrumb else ""
+
+    @property
+    def domains(self) -> list[str]:
+        return self.breadcrumb[1:]
+
+    @property
+    def breadcrumb_text(self) -> str:
+        return " > ".join(self.breadcrumb)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.root) / self.rel_path
+
+
+def read_text(path: Path, max_bytes: int) -> tuple[str, str]:
+    """Return (text, sha256 of the bytes), rejecting oversize, binary and non-UTF-8 files."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise DocumentError(f"file is {size} bytes, over the {max_bytes}-byte limit (max_file_bytes)")
+    raw = path.read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise DocumentError("binary file (NUL bytes), not Markdown text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}") from exc
+    return text.removeprefix("\ufeff"), hashlib.sha256(raw).hexdigest()
+
+
+def derive_doc_id(rel_path: str) -> str:
+    stem = rel_path.rsplit(".", 1)[0]
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-").lower()[:55] or "doc"
+    return f"{slug}-{hashlib.sha1(rel_path.encode()).hexdigest()[:8]}"
+
+
+def _str_list(value: Any, key: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return [str(v).strip() for v in value if str(v).strip()]
+    raise DocumentError(f"frontmatter '{key}' must be a list of strings or a comma-separated string")
+
+
+def parse_document(
+    text: str, *, content_hash: str, rel_path: str, root: str, default_scope: str
+) -> tuple[ParsedDocument, list[str]]:
+    """Parse frontmatter + body. Returns the document and warnings (e.g. a derived id)."""
+    warnings: list[str] = []
+    try:
+        post = frontmatter.loads(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DocumentError(f"invalid YAML frontmatter{where}: {problem}") from exc
+    except Exception as exc:  # python-frontmatter raises ValueError/TypeError on non-mapping YAML
+        raise DocumentError(f"invalid frontmatter: {exc}") from exc
+    meta: dict[str, Any] = dict(post.metadata)
+    body = post.content
+    if not body.strip():
+        raise DocumentError("empty body: the file has no Markdown content after the frontmatter")
+
+    raw_source = meta.get("source")
+    if raw_source is None or (isinstance(raw_source, str) and not raw_source.strip()):
+        doc_id, derived = derive_doc_id(rel_path), True
+        warnings.append(f"no 'source' in frontmatter; derived stable id '{doc_id}' from the path")
+    else:
+        try:
+            doc_id, derived = validate_doc_id(str(raw_source).strip()), False
+        except InvalidValue as exc:
+            raise DocumentError(str(exc)) from exc
+
+    scope_value = meta.get("kb_scope")
+    try:
+        kb_scope = validate_scope(str(scope_value).strip()) if scope_value is not None else default_scope
+    except InvalidValue as exc:
+        raise DocumentError(str(exc)) from exc
+
+    crumb_value = meta.get("breadcrumb")
+    if isinstance(crumb_value, list):
+        breadcrumb = [str(p).strip() for p in crumb_value if str(p).strip()]
+    elif crumb_value is None:
+        breadcrumb = []
+    else:
+        breadcrumb = [p.strip() for p in str(crumb_value).split(">") if p.strip()]
+    if breadcrumb:
+        try:
+            validate_category(breadcrumb[0])
+        except InvalidValue as exc:
+            raise DocumentError(f"breadcrumb: {exc}") from exc
+
+    title = str(meta.get("title") or "").strip()
+    if not title:
+        m = _H1.search(body)
+        title = m.group(1).strip() if m else doc_id
+
+    language = str(meta.get("language") or "").strip().lower()
+    if not language:
+        language = "zh" if len(_CJK.findall(body)) > 0.2 * max(len(body.strip()), 1) else "en"
+
+    extra = {k: _jsonable(v) for k, v in meta.items() if k not in KNOWN_KEYS}
+    doc = ParsedDocument(
+        doc_id=doc_id,
+        doc_id_derived=derived,
+        kb_scope=kb_scope,
+        title=title,
+        breadcrumb=breadcrumb,
+        keywords=_str_list(meta.get("keywords"), "keywords"),
+        language=language,
+        body=body,
+        content_hash=content_hash,
+        rel_path=rel_path,
+        root=root,
+        extra=extra,
+    )
+    return doc, warnings
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)  # dates and other YAML scalars

@@ -1,0 +1,528 @@
+"""`reindex()`: one entry point with two modes, backed by the `documents` record table.
+
+incremental: a document whose content hash and pipeline fingerprint match its record costs
+    nothing; a changed one has exactly its chunks replaced; a document gone from its root is
+    removed from Milvus, L0 and SQL. Writes are bracketed by the record's status
+    (`writing` before Milvus, `indexed` after), so a rerun after a crash redoes exactly the
+    interrupted documents and converges.
+full: builds a new physical collection for the scope, copies in what this run does not own
+    (other roots, files that failed this time), moves the alias, then drops the old one.
+
+A file that fails keeps its last good version indexed (status `error`, reason recorded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from ingest.chunking import CHUNKER_VERSION, Chunk, chunk_markdown
+from ingest.l0_index import build_l0_entry, delete_l0, write_l0
+from ingest.parsing import ParsedDocument
+from ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
+from kbcore import milvus_store as ms
+from kbcore.embedder import EmbedStats, model_id_for
+from kbcore.settings import Settings
+from kbcore.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
+from kbcore.stores import Stores, open_stores
+from kbcore.validation import validate_scope
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+ScopeRunner = Callable[..., "tuple[ScopeSummary, list[Failure]]"]
+
+
+class ScopeConfigMismatch(RuntimeError):
+    """The scope was built with another model or analyzer; only --full may change that."""
+
+
+@dataclass
+class ScopeSummary:
+    kb_scope: str
+    collection: str = ""
+    physical_collection: str = ""
+    analyzer: str = ""
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    chunks_written: int = 0
+    chunks_embedded: int = 0
+    cache_hits: int = 0
+    chunks_copied: int = 0
+    documents: int = 0
+
+
+@dataclass
+class ReindexSummary:
+    mode: str
+    roots: list[str]
+    kb_scope: str | None
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    skipped_other_scope: int = 0
+    chunks_written: int = 0
+    chunks_embedded: int = 0
+    cache_hits: int = 0
+    chunks_copied: int = 0
+    seconds: float = 0.0
+    scopes: dict[str, ScopeSummary] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def add_scope(self, s: ScopeSummary) -> None:
+        self.scopes[s.kb_scope] = s
+        for name in (
+            "added",
+            "updated",
+            "unchanged",
+            "removed",
+            "chunks_written",
+            "chunks_embedded",
+            "cache_hits",
+            "chunks_copied",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(s, name))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+
+def pipeline_hash(settings: Settings) -> str:
+    """Fingerprint of everything besides the file that shapes stored chunks."""
+    key = f"{CHUNKER_VERSION}|{settings.chunk_max_chars}|{settings.chunk_overlap_chars}|" + model_id_for(
+        settings.embedding_model
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def choose_analyzer(settings: Settings, scope: str, docs: Sequence[ParsedDocument]) -> str:
+    """Per-scope setting first; else jieba when the scope's documents are Chinese."""
+    if scope in settings.scope_analyzers:
+        return settings.scope_analyzers[scope]
+    if docs and any(d.language.startswith("zh") for d in docs):
+        return "jieba"
+    return settings.analyzer
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+
+
+@dataclass
+class ScopePlan:
+    kb_scope: str
+    docs: list[ParsedDocument]  # every good document of this run in the scope
+    existing: dict[str, DocumentRow]  # record rows of the scope, by doc_id
+    to_write: list[ParsedDocument]  # new or changed (or interrupted)
+    unchanged: list[ParsedDocument]
+    stale: list[DocumentRow]  # under this run's roots, gone from the source
+    protected: list[tuple[DocumentRow, str]]  # failed this run: keep last good, record reason
+    keep: list[DocumentRow]  # not owned by this run (other roots), left as is
+
+
+def plan_scope(
+    session: Session, scope: str, scan: ScanResult, settings: Settings, roots: Sequence[str]
+) -> tuple[ScopePlan, list[Failure]]:
+    """Decide what each document needs. Also returns failures found against the record
+    (a source already indexed from another root that still exists there)."""
+    rows = session.scalars(select(DocumentRow).where(DocumentRow.kb_scope == scope)).all()
+    existing = {r.doc_id: r for r in rows}
+    p_hash = pipeline_hash(settings)
+    failures: list[Failure] = []
+    failed_reason = _failure_index(scan)
+    docs, to_write, unchanged = [], [], []
+    for doc in (d for d in scan.documents if d.kb_scope == scope):
+        row = existing.get(doc.doc_id)
+        if row is not None and row.root != doc.root and (Path(row.root) / row.source_path).exists():
+            failures.append(
+                Failure(
+                    str(doc.path),
+                    f"source '{doc.doc_id}' in scope '{scope}' is already indexed from "
+                    f"{Path(row.root) / row.source_path}; give this file another source",
+                )
+            )
+            continue
+        docs.append(doc)
+        same = (
+            row is not None
+            and row.status in ("indexed", "error")
+            and row.content_hash == doc.content_hash
+            and row.pipeline_hash == p_hash
+            and row.source_path == doc.rel_path
+        )
+        (unchanged if same else to_write).append(doc)
+    seen = {d.doc_id for d in docs}
+    stale, protected, keep = [], [], []
+    for row in rows:
+        if row.doc_id in seen:
+            continue
+        failure = failed_reason.get((row.root, row.source_path))
+        if failure is not None:
+            protected.append((row, failure.reason))
+        elif row.root in roots:
+            stale.append(row)
+        else:
+            keep.append(row)
+    plan = ScopePlan(scope, docs, existing, to_write, unchanged, stale, protected, keep)
+    return plan, failures
+
+
+def _failure_index(scan: ScanResult) -> dict[tuple[str, str], Failure]:
+    by_path = {f.path: f for f in scan.failures}
+    return {
+        (root, rel): by_path[str(Path(root) / rel)]
+        for root, rel in scan.failed_paths
+        if str(Path(root) / rel) in by_path
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+def _chunk_rows(doc: ParsedDocument, chunks: Sequence[Chunk], vectors: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"{doc.doc_id}#{c.index}",
+            "doc_id": doc.doc_id,
+            "source": doc.doc_id,
+            "_source": doc.rel_path,
+            "kb_scope": doc.kb_scope,
+            "category": doc.category,
+            "breadcrumb": doc.breadcrumb_text,
+            "title": doc.title,
+            "heading_path": c.heading_text,
+            "chunk_index": c.index,
+            "text": _fit_bytes(c.text, ms.TEXT_MAX_BYTES),
+            "dense": [float(x) for x in v],
+        }
+        for c, v in zip(chunks, vectors, strict=True)
+    ]
+
+
+def _fit_bytes(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")
+
+
+def _record(doc: ParsedDocument, n_chunks: int, p_hash: str, status: str) -> DocumentRow:
+    return DocumentRow(
+        kb_scope=doc.kb_scope,
+        doc_id=doc.doc_id,
+        root=doc.root,
+        source_path=doc.rel_path,
+        title=doc.title,
+        breadcrumb=doc.breadcrumb_text,
+        content_hash=doc.content_hash,
+        pipeline_hash=p_hash,
+        chunk_count=n_chunks,
+        status=status,
+        doc_id_derived=doc.doc_id_derived,
+        extra_metadata=doc.extra,
+        last_error=None,
+        indexed_at=utcnow() if status == "indexed" else None,
+    )
+
+
+def _embed_docs(
+    stores: Stores, docs: Sequence[ParsedDocument], summary: ScopeSummary, progress: Progress | None
+) -> tuple[dict[str, list[Chunk]], dict[str, Any]]:
+    s = stores.settings
+    chunks = {d.doc_id: chunk_markdown(d.body, s.chunk_max_chars, s.chunk_overlap_chars) for d in docs}
+    texts = [c.text for d in docs for c in chunks[d.doc_id]]
+    stats = EmbedStats()
+    total, done = len(texts), 0
+
+    def on_batch(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress("embed", done, total)
+
+    vectors = stores.embedding_cache.embed(texts, stats, on_batch) if texts else []
+    summary.chunks_embedded += stats.embedded
+    summary.cache_hits += stats.cache_hits
+    by_doc, i = {}, 0
+    for d in docs:
+        n = len(chunks[d.doc_id])
+        by_doc[d.doc_id] = vectors[i : i + n]
+        i += n
+    return chunks, by_doc
+
+
+def _upsert_scope_row(
+    session: Session, scope: str, alias: str, physical: str, analyzer: str, model_id: str, dim: int
+) -> None:
+    row = session.get(ScopeRow, scope)
+    if row is None:
+        session.add(
+            ScopeRow(
+                kb_scope=scope,
+                alias=alias,
+                physical_collection=physical,
+                analyzer=analyzer,
+                model_id=model_id,
+                dim=dim,
+            )
+        )
+    else:
+        row.alias, row.physical_collection, row.analyzer = alias, physical, analyzer
+        row.model_id, row.dim, row.updated_at = model_id, dim, utcnow()
+
+
+def _finish_records(
+    session: Session,
+    plan: ScopePlan,
+    written: Sequence[ParsedDocument],
+    chunks: dict[str, list[Chunk]],
+    p_hash: str,
+) -> None:
+    for doc in written:
+        row = _record(doc, len(chunks[doc.doc_id]), p_hash, "indexed")
+        old = plan.existing.get(doc.doc_id)
+        if old is not None:
+            row.created_at = old.created_at
+        session.merge(row)
+        write_l0(session, build_l0_entry(doc, chunks[doc.doc_id]))
+    for doc in plan.unchanged:
+        old = plan.existing[doc.doc_id]
+        if old.status != "indexed":
+            revived = session.merge(old)
+            revived.status, revived.last_error = "indexed", None
+    stale_ids = [r.doc_id for r in plan.stale]
+    if stale_ids:
+        session.execute(
+            delete(DocumentRow).where(
+                DocumentRow.kb_scope == plan.kb_scope, DocumentRow.doc_id.in_(stale_ids)
+            )
+        )
+        delete_l0(session, plan.kb_scope, stale_ids)
+    for row, reason in plan.protected:
+        merged = session.merge(row)
+        merged.status, merged.last_error = "error", reason
+
+
+def apply_incremental(stores: Stores, plan: ScopePlan, progress: Progress | None = None) -> ScopeSummary:
+    s, client, scope = stores.settings, stores.milvus, plan.kb_scope
+    alias = ms.alias_for(s.collection_prefix, scope)
+    summary = ScopeSummary(kb_scope=scope, collection=alias)
+    target = ms.alias_target(client, alias)
+    model_id = model_id_for(s.embedding_model)
+    with stores.sql.session() as session:
+        scope_row = session.get(ScopeRow, scope)
+    if target is None or scope_row is None:
+        if not plan.docs and not plan.existing:
+            return summary
+        # No collection yet (or it was lost): build the scope from scratch.
+        return apply_full(stores, plan, progress)
+    if scope_row.model_id != model_id:
+        raise ScopeConfigMismatch(
+            f"scope '{scope}' was indexed with model '{scope_row.model_id}' but this run uses "
+            f"'{model_id}'; rerun with --full to rebuild the scope"
+        )
+    wanted = s.scope_analyzers.get(scope)
+    if wanted and wanted != scope_row.analyzer:
+        raise ScopeConfigMismatch(
+            f"scope '{scope}' uses analyzer '{scope_row.analyzer}' but '{wanted}' is configured; "
+            "rerun with --full to rebuild the scope"
+        )
+    summary.analyzer, summary.physical_collection = scope_row.analyzer, target
+    client.load_collection(alias)
+    p_hash = pipeline_hash(s)
+
+    chunks, vectors = _embed_docs(stores, plan.to_write, summary, progress)
+    if plan.to_write:
+        with stores.sql.session() as session, session.begin():
+            for doc in plan.to_write:
+                old = plan.existing.get(doc.doc_id)
+                row = (
+                    session.merge(old)
+                    if old is not None
+                    else session.merge(_record(doc, len(chunks[doc.doc_id]), p_hash, "writing"))
+                )
+                row.status = "writing"
+                row.chunk_count = max(row.chunk_count, len(chunks[doc.doc_id]))
+    rows = [r for d in plan.to_write for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id])]
+    for i in range(0, len(rows), ms.WRITE_BATCH):
+        ms.upsert_rows(client, alias, rows[i : i + ms.WRITE_BATCH])
+        if progress:
+            progress("write", min(i + ms.WRITE_BATCH, len(rows)), len(rows))
+    summary.chunks_written = len(rows)
+    for doc in plan.to_write:
+        old = plan.existing.get(doc.doc_id)
+        n = len(chunks[doc.doc_id])
+        if old is not None and (old.status == "writing" or old.chunk_count > n):
+            ms.delete_chunks_from(client, alias, scope, doc.doc_id, n)
+    if plan.stale:
+        ms.delete_docs(client, alias, scope, [r.doc_id for r in plan.stale])
+    if rows or plan.stale:
+        client.flush(target)
+    with stores.sql.session() as session, session.begin():
+        _finish_records(session, plan, plan.to_write, chunks, p_hash)
+        if scope_row.physical_collection != target:
+            _upsert_scope_row(session, scope, alias, target, scope_row.analyzer, model_id, scope_row.dim)
+    _count(summary, plan)
+    return summary
+
+
+def apply_full(stores: Stores, plan: ScopePlan, progress: Progress | None = None) -> ScopeSummary:
+    s, client, scope = stores.settings, stores.milvus, plan.kb_scope
+    alias = ms.alias_for(s.collection_prefix, scope)
+    analyzer = choose_analyzer(s, scope, plan.docs)
+    summary = ScopeSummary(kb_scope=scope, collection=alias, analyzer=analyzer)
+    old_target = ms.alias_target(client, alias)
+    ms.drop_unaliased(client, alias)  # leftovers of an interrupted rebuild
+    embedder = stores.embedder
+    physical = ms.new_physical_name(alias)
+    ms.create_collection(client, physical, embedder.dim, analyzer)
+    try:
+        all_docs = plan.docs
+        chunks, vectors = _embed_docs(stores, all_docs, summary, progress)
+        rows = [r for d in all_docs for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id])]
+        for i in range(0, len(rows), ms.WRITE_BATCH):
+            ms.upsert_rows(client, physical, rows[i : i + ms.WRITE_BATCH])
+            if progress:
+                progress("write", min(i + ms.WRITE_BATCH, len(rows)), len(rows))
+        summary.chunks_written = len(rows)
+        carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
+        if carried and old_target is not None:
+            copied = ms.read_doc_rows(client, old_target, scope, carried)
+            ms.upsert_rows(client, physical, copied)
+            summary.chunks_copied = len(copied)
+        client.flush(physical)
+        client.load_collection(physical)
+    except BaseException:
+        client.drop_collection(physical)  # the alias never pointed here: nothing served is lost
+        raise
+    ms.point_alias(client, alias, physical)
+    p_hash = pipeline_hash(s)
+    with stores.sql.session() as session, session.begin():
+        _finish_records(session, plan, all_docs, chunks, p_hash)
+        _upsert_scope_row(session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim)
+    ms.drop_unaliased(client, alias)
+    summary.physical_collection = physical
+    _count(summary, plan, full=True)
+    return summary
+
+
+def _count(summary: ScopeSummary, plan: ScopePlan, full: bool = False) -> None:
+    written = plan.docs if full else plan.to_write
+    summary.added = sum(1 for d in written if d.doc_id not in plan.existing)
+    summary.updated = sum(
+        1 for d in written if d.doc_id in plan.existing and (not full or d in plan.to_write)
+    )
+    summary.unchanged = len(plan.unchanged)
+    summary.removed = len(plan.stale)
+    summary.documents = len(plan.docs) + len(plan.keep) + len(plan.protected)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+
+
+def scan(roots: Sequence[str | Path], settings: Settings, stores: Stores, scope: str | None) -> ScanResult:
+    resolved = resolve_roots(roots)
+    with stores.sql.session() as session:
+        rows = session.execute(select(DocumentRow.kb_scope, DocumentRow.doc_id, DocumentRow.source_path))
+        known = {(r.kb_scope, r.doc_id): r.source_path for r in rows}
+    return scan_roots(
+        resolved,
+        default_scope=settings.default_scope,
+        only_scope=scope,
+        max_file_bytes=settings.max_file_bytes,
+        known_paths=known,
+    )
+
+
+def scopes_to_visit(stores: Stores, scan_result: ScanResult, scope: str | None) -> list[str]:
+    """Scopes with documents in this run, plus scopes with records under these roots (their
+    documents may all be gone)."""
+    if scope:
+        return [scope]
+    with stores.sql.session() as session:
+        recorded = session.scalars(
+            select(DocumentRow.kb_scope).where(DocumentRow.root.in_(scan_result.roots)).distinct()
+        ).all()
+    return sorted(scan_result.scopes() | set(recorded))
+
+
+def index_scope(
+    stores: Stores, scope: str, scan_result: ScanResult, *, full: bool, progress: Progress | None = None
+) -> tuple[ScopeSummary, list[Failure]]:
+    """Plan and apply one scope; safe to retry (planning reads the record table afresh)."""
+    with stores.sql.session() as session:
+        plan, failures = plan_scope(session, scope, scan_result, stores.settings, scan_result.roots)
+    apply = apply_full if full else apply_incremental
+    return apply(stores, plan, progress), failures
+
+
+def record_run(stores: Stores, summary: ReindexSummary, started: float) -> None:
+    with stores.sql.session() as session, session.begin():
+        session.add(
+            ReindexRunRow(
+                started_at=datetime.fromtimestamp(started, UTC),
+                finished_at=utcnow(),
+                mode=summary.mode,
+                roots=summary.roots,
+                kb_scope=summary.kb_scope,
+                ok=summary.ok,
+                summary=summary.to_dict(),
+            )
+        )
+
+
+def reindex(
+    roots: Sequence[str | Path],
+    *,
+    scope: str | None = None,
+    full: bool = False,
+    settings: Settings | None = None,
+    stores: Stores | None = None,
+    progress: Progress | None = None,
+    scope_runner: ScopeRunner | None = None,
+) -> ReindexSummary:
+    """Index Markdown under `roots`. Never raises for a bad document: see `summary.failed`.
+
+    `scope_runner` replaces the direct call of `index_scope` (the Prefect flow passes a task
+    with retries); it must have the same signature."""
+    started = time.time()
+    settings = settings or Settings()
+    if scope is not None:
+        validate_scope(scope)
+    stores = stores or open_stores(settings)
+    scan_result = scan(roots, settings, stores, scope)
+    summary = ReindexSummary(mode="full" if full else "incremental", roots=scan_result.roots, kb_scope=scope)
+    summary.skipped_other_scope = scan_result.skipped_other_scope
+    failures = list(scan_result.failures)
+    for sc in scopes_to_visit(stores, scan_result, scope):
+        try:
+            scope_summary, scope_failures = (scope_runner or index_scope)(
+                stores, sc, scan_result, full=full, progress=progress
+            )
+        except ScopeConfigMismatch as exc:
+            failures.append(Failure(f"<scope {sc}>", str(exc)))
+            continue
+        summary.add_scope(scope_summary)
+        failures.extend(scope_failures)
+    summary.failed = [f.to_dict() for f in failures]
+    summary.warnings = [w.to_dict() for w in scan_result.warnings]
+    summary.seconds = time.time() - started
+    record_run(stores, summary, started)
+    return summary

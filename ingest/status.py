@@ -1,0 +1,83 @@
+"""What is indexed, per scope: records in SQL next to what Milvus actually holds."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import case, func, select
+
+from kbcore import milvus_store as ms
+from kbcore.sql import DocumentRow, ReindexRunRow, ScopeRow
+from kbcore.stores import Stores
+
+
+@dataclass
+class ScopeStatus:
+    kb_scope: str
+    documents: int
+    documents_with_errors: int
+    chunks: int  # rows in Milvus for the scope
+    chunks_recorded: int  # sum of chunk counts in the record table
+    collection: str
+    alias_target: str | None
+    analyzer: str
+    model: str
+    dim: int
+    updated_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def scope_statuses(stores: Stores) -> list[ScopeStatus]:
+    out = []
+    with stores.sql.session() as session:
+        scopes = session.scalars(select(ScopeRow).order_by(ScopeRow.kb_scope)).all()
+        counts = {
+            scope: (n, errors or 0, chunks or 0)
+            for scope, n, errors, chunks in session.execute(
+                select(
+                    DocumentRow.kb_scope,
+                    func.count(),
+                    func.sum(case((DocumentRow.status != "indexed", 1), else_=0)),
+                    func.sum(DocumentRow.chunk_count),
+                ).group_by(DocumentRow.kb_scope)
+            )
+        }
+    for row in scopes:
+        target = ms.alias_target(stores.milvus, row.alias)
+        chunks = 0
+        if target is not None:
+            stores.milvus.load_collection(row.alias)
+            chunks = ms.count_rows(stores.milvus, row.alias, row.kb_scope)
+        n, errors, recorded = counts.get(row.kb_scope, (0, 0, 0))
+        out.append(
+            ScopeStatus(
+                kb_scope=row.kb_scope,
+                documents=n,
+                documents_with_errors=int(errors),
+                chunks=chunks,
+                chunks_recorded=int(recorded),
+                collection=row.alias,
+                alias_target=target,
+                analyzer=row.analyzer,
+                model=row.model_id,
+                dim=row.dim,
+                updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
+            )
+        )
+    return out
+
+
+def last_run(stores: Stores) -> dict[str, Any] | None:
+    with stores.sql.session() as session:
+        row = session.scalars(select(ReindexRunRow).order_by(ReindexRunRow.id.desc()).limit(1)).first()
+    if row is None:
+        return None
+    return {
+        "finished_at": row.finished_at.isoformat(timespec="seconds"),
+        "ok": row.ok,
+        "mode": row.mode,
+        "roots": row.roots,
+    }

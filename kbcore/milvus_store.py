@@ -1,0 +1,181 @@
+"""Milvus side of the store: the chunk schema, per-scope aliases and physical collections.
+
+Each kb_scope lives in its own physical collection behind a stable alias
+(`<prefix>_<scope>_<hash>`). A full rebuild builds a new physical collection and moves the
+alias, so a lookup never sees a half-built index and one scope's rebuild never touches
+another scope; the analyzer (standard / jieba) is a per-scope choice for the same reason.
+Every row still carries `kb_scope` and every search filters on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+from kbcore.validation import eq, in_list, validate_doc_id, validate_scope
+
+TEXT_MAX_BYTES = 65535
+WRITE_BATCH = 500
+QUERY_BATCH = 1000
+
+# Parameters accepted by both Milvus Lite and a Milvus server (checked on Lite 3.2.2; the
+# server's standard tokenizer does not lowercase unless told to).
+ANALYZERS: dict[str, dict[str, Any]] = {
+    "standard": {"tokenizer": "standard", "filter": ["lowercase"]},
+    "jieba": {"tokenizer": "jieba", "filter": ["lowercase"]},
+}
+
+SCALAR_FIELDS = [
+    "id",
+    "doc_id",
+    "source",
+    "_source",
+    "kb_scope",
+    "category",
+    "breadcrumb",
+    "title",
+    "heading_path",
+    "chunk_index",
+    "text",
+]
+
+
+class StoreUnavailable(RuntimeError):
+    """The Milvus store could not be opened; the message says why and what to do."""
+
+
+def alias_for(prefix: str, scope: str) -> str:
+    validate_scope(scope)
+    digest = hashlib.sha1(scope.encode()).hexdigest()[:6]
+    return f"{prefix}_{scope.replace('-', '_')}_{digest}"
+
+
+def new_physical_name(alias: str) -> str:
+    return f"{alias}__{datetime.now(UTC):%Y%m%d%H%M%S}_{secrets.token_hex(2)}"
+
+
+def open_client(uri: str, token: str = "") -> MilvusClient:
+    try:
+        return MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
+    except Exception as exc:  # pymilvus raises several unrelated types here
+        text = str(exc)
+        hint = ""
+        if "lock" in text.lower() or "Open local milvus failed" in text:
+            hint = (
+                f" The Milvus Lite file {uri} is held by another process (one process at a time);"
+                " stop it, or point KBFLOW_MILVUS_URI at a Milvus server."
+            )
+        raise StoreUnavailable(f"cannot open Milvus at {uri}: {text}.{hint}") from exc
+
+
+def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
+    schema.add_field("doc_id", DataType.VARCHAR, max_length=64)
+    schema.add_field("source", DataType.VARCHAR, max_length=64)
+    schema.add_field("_source", DataType.VARCHAR, max_length=2048)
+    schema.add_field("kb_scope", DataType.VARCHAR, max_length=64)
+    schema.add_field("category", DataType.VARCHAR, max_length=512)
+    schema.add_field("breadcrumb", DataType.VARCHAR, max_length=2048)
+    schema.add_field("title", DataType.VARCHAR, max_length=2048)
+    schema.add_field("heading_path", DataType.VARCHAR, max_length=4096)
+    schema.add_field("chunk_index", DataType.INT64)
+    schema.add_field(
+        "text",
+        DataType.VARCHAR,
+        max_length=TEXT_MAX_BYTES,
+        enable_analyzer=True,
+        analyzer_params=ANALYZERS[analyzer],
+    )
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_function(
+        Function(
+            name="text_bm25",
+            function_type=FunctionType.BM25,
+            input_field_names=["text"],
+            output_field_names=["sparse"],
+        )
+    )
+    return schema
+
+
+def create_collection(client: MilvusClient, name: str, dim: int, analyzer: str) -> None:
+    index = client.prepare_index_params()
+    index.add_index("dense", index_type="HNSW", metric_type="L2", params={"M": 16, "efConstruction": 200})
+    index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    client.create_collection(name, schema=build_schema(client, dim, analyzer), index_params=index)
+
+
+def alias_target(client: MilvusClient, alias: str) -> str | None:
+    if alias not in client.list_aliases().get("aliases", []):
+        return None
+    return client.describe_alias(alias)["collection_name"]
+
+
+def point_alias(client: MilvusClient, alias: str, physical: str) -> None:
+    """Create or atomically move the alias."""
+    if alias_target(client, alias) is None:
+        client.create_alias(physical, alias)
+    else:
+        client.alter_alias(physical, alias)
+
+
+def drop_unaliased(client: MilvusClient, alias: str) -> list[str]:
+    """Drop this alias's physical collections the alias does not point to (left by a crash
+    or superseded by a rebuild)."""
+    keep = alias_target(client, alias)
+    dropped = []
+    for name in client.list_collections():
+        if name.startswith(alias + "__") and name != keep:
+            client.drop_collection(name)
+            dropped.append(name)
+    return dropped
+
+
+def upsert_rows(client: MilvusClient, collection: str, rows: Sequence[dict[str, Any]]) -> int:
+    for i in range(0, len(rows), WRITE_BATCH):
+        client.upsert(collection, list(rows[i : i + WRITE_BATCH]))
+    return len(rows)
+
+
+def scope_doc_filter(scope: str, doc_ids: Iterable[str]) -> str:
+    ids = [validate_doc_id(d) for d in doc_ids]
+    return f"{eq('kb_scope', validate_scope(scope))} and {in_list('doc_id', ids)}"
+
+
+def delete_docs(client: MilvusClient, collection: str, scope: str, doc_ids: Sequence[str]) -> None:
+    for i in range(0, len(doc_ids), QUERY_BATCH):
+        client.delete(collection, filter=scope_doc_filter(scope, doc_ids[i : i + QUERY_BATCH]))
+
+
+def delete_chunks_from(client: MilvusClient, collection: str, scope: str, doc_id: str, first: int) -> None:
+    """Delete a document's chunks with chunk_index >= first (left over from a longer version)."""
+    expr = f"{scope_doc_filter(scope, [doc_id])} and chunk_index >= {int(first)}"
+    client.delete(collection, filter=expr)
+
+
+def read_doc_rows(client: MilvusClient, collection: str, scope: str, doc_ids: Sequence[str]) -> list[dict]:
+    """Every stored field of these documents' chunks except the derived BM25 vector."""
+    out: list[dict] = []
+    for i in range(0, len(doc_ids), 100):
+        out.extend(
+            client.query(
+                collection,
+                filter=scope_doc_filter(scope, doc_ids[i : i + 100]),
+                output_fields=[*SCALAR_FIELDS, "dense"],
+            )
+        )
+    for row in out:
+        row["dense"] = [float(x) for x in row["dense"]]
+    return out
+
+
+def count_rows(client: MilvusClient, collection: str, scope: str) -> int:
+    res = client.query(collection, filter=eq("kb_scope", validate_scope(scope)), output_fields=["count(*)"])
+    return int(res[0]["count(*)"]) if res else 0

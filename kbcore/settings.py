@@ -1,0 +1,100 @@
+"""One settings object for every knob (SPEC §1).
+
+Values come from, lowest to highest priority: defaults here, `KBFLOW_*` environment variables,
+then CLI flags (the CLI passes them as keyword arguments). All state lives under `home`
+unless `milvus_uri` / `database_url` point elsewhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from kbcore.validation import validate_scope
+
+Analyzer = Literal["standard", "jieba"]
+SearchMode = Literal["hybrid", "dense"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KBFLOW_", extra="forbid", validate_default=True)
+
+    # --- where state lives ------------------------------------------------------------
+    home: Path = Field(Path(".kbflow"), description="Directory holding the embedded stores.")
+    milvus_uri: str = Field("", description="Milvus URI; empty = Milvus Lite file <home>/milvus.db.")
+    milvus_token: str = Field("", description="Milvus token (user:password or API key).")
+    database_url: str = Field("", description="SQLAlchemy URL; empty = SQLite file <home>/kbflow.db.")
+    collection_prefix: str = Field("kbflow", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+
+    # --- embedding ------------------------------------------------------------------
+    embedding_model: str = Field(
+        "", description="sentence-transformers model name or path; empty = packaged all-MiniLM-L6-v2."
+    )
+    embedding_device: str = Field("", description="torch device; empty = cuda when present, else cpu.")
+    embedding_batch_size: int = Field(64, ge=1, le=4096)
+
+    # --- ingestion ------------------------------------------------------------------
+    analyzer: Analyzer = "standard"
+    scope_analyzers: dict[str, Analyzer] = Field(
+        default_factory=dict, description='Per-scope analyzer, e.g. {"kb-zh": "jieba"}.'
+    )
+    default_scope: str = "default"
+    chunk_max_chars: int = Field(1000, ge=200, le=8000)
+    chunk_overlap_chars: int = Field(120, ge=0, le=1000)
+    max_file_bytes: int = Field(1_000_000, ge=1024)
+
+    # --- retrieval (SPEC §1 defaults) ------------------------------------------------
+    search_mode: SearchMode = "hybrid"
+    kb_scope: str = Field("", description="Scope for lookups; empty = all scopes.")
+    rrf_k: int = Field(60, ge=1)
+    dense_weight: float = Field(1.0, gt=0)
+    sparse_weight: float = Field(1.0, gt=0)
+    retrieve_k: int = Field(20, ge=1, le=1000)
+    return_n: int = Field(5, ge=1, le=100)
+    max_chunks_per_document: int = Field(2, ge=1)
+    max_l2: float = Field(2.0, gt=0)
+    precise_threshold: float = Field(0.75, ge=0, le=1)
+    reference_threshold: float = Field(0.5, ge=0, le=1)
+    context_char_budget: int = Field(4000, ge=100)
+    max_query_chars: int = Field(500, ge=1)
+    max_excerpt_chars: int = Field(1200, ge=1)
+    max_evidence: int = Field(8, ge=1)
+    max_projection_bytes: int = Field(16 * 1024, ge=1024)
+
+    @field_validator("default_scope")
+    @classmethod
+    def _scope_ok(cls, v: str) -> str:
+        return validate_scope(v)
+
+    @field_validator("kb_scope")
+    @classmethod
+    def _lookup_scope_ok(cls, v: str) -> str:
+        return validate_scope(v) if v else v
+
+    @field_validator("scope_analyzers")
+    @classmethod
+    def _scope_keys_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        for scope in v:
+            validate_scope(scope)
+        return v
+
+    @property
+    def resolved_milvus_uri(self) -> str:
+        return self.milvus_uri or str(self.home / "milvus.db")
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'kbflow.db'}"
+
+    @property
+    def uses_milvus_lite(self) -> bool:
+        return not self.resolved_milvus_uri.startswith(("http://", "https://", "tcp://", "grpc://"))
+
+    def analyzer_for(self, scope: str) -> Analyzer:
+        return self.scope_analyzers.get(scope, self.analyzer)
+
+    def ensure_home(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)

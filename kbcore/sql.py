@@ -1,0 +1,147 @@
+"""SQL side of the store: documents, L0 index, embedding cache, scopes and reindex runs.
+
+Plain SQLAlchemy 2 models that run unchanged on SQLite (default) and PostgreSQL. Every query
+binds its parameters; nothing user-controlled is formatted into SQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ScopeRow(Base):
+    """One kb_scope: which physical collection its alias points to and how it was built."""
+
+    __tablename__ = "scopes"
+    kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    alias: Mapped[str] = mapped_column(String(255))
+    physical_collection: Mapped[str] = mapped_column(String(255))
+    analyzer: Mapped[str] = mapped_column(String(32))
+    model_id: Mapped[str] = mapped_column(String(512))
+    dim: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class DocumentRow(Base):
+    """The record table behind incremental reindex (cf. LangChain's record manager)."""
+
+    __tablename__ = "documents"
+    kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    doc_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    root: Mapped[str] = mapped_column(Text)
+    source_path: Mapped[str] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(Text, default="")
+    breadcrumb: Mapped[str] = mapped_column(Text, default="")
+    content_hash: Mapped[str] = mapped_column(String(64))
+    pipeline_hash: Mapped[str] = mapped_column(String(64))
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    # writing: Milvus write in progress (an interrupted run left it; the next run redoes it)
+    # indexed: Milvus and SQL agree; error: the file's latest version failed, last good kept
+    status: Mapped[str] = mapped_column(String(16))
+    doc_id_derived: Mapped[bool] = mapped_column(Boolean, default=False)
+    extra_metadata: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    __table_args__ = (Index("ix_documents_root", "root"),)
+
+
+class L0EntryRow(Base):
+    """Per-document navigation entry (SPEC §2.4)."""
+
+    __tablename__ = "l0_entries"
+    kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    doc_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    title: Mapped[str] = mapped_column(Text, default="")
+    breadcrumb: Mapped[str] = mapped_column(Text, default="")
+    category: Mapped[str] = mapped_column(Text, default="")
+    domains: Mapped[list[str]] = mapped_column(JSON, default=list)
+    keywords: Mapped[list[str]] = mapped_column(JSON, default=list)
+    entities: Mapped[list[str]] = mapped_column(JSON, default=list)
+
+
+class L0TermRow(Base):
+    """One normalized term of an L0 entry, indexed by (scope, term) so a query's terms match
+    with one bound `IN` lookup instead of a scan."""
+
+    __tablename__ = "l0_terms"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb_scope: Mapped[str] = mapped_column(String(64))
+    doc_id: Mapped[str] = mapped_column(String(64))
+    term: Mapped[str] = mapped_column(String(256))
+    kind: Mapped[str] = mapped_column(String(16))  # title | category | domain | keyword | entity
+
+    __table_args__ = (
+        Index("ix_l0_terms_scope_term", "kb_scope", "term"),
+        Index("ix_l0_terms_scope_doc", "kb_scope", "doc_id"),
+    )
+
+
+class EmbeddingCacheRow(Base):
+    __tablename__ = "embedding_cache"
+    model_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    text_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    dim: Mapped[int] = mapped_column(Integer)
+    vector: Mapped[bytes] = mapped_column(LargeBinary)  # float32, little-endian
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ReindexRunRow(Base):
+    __tablename__ = "reindex_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    mode: Mapped[str] = mapped_column(String(16))
+    roots: Mapped[list[str]] = mapped_column(JSON)
+    kb_scope: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SqlStore:
+    """Engine + session factory; creates the schema on first use."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine: Engine = create_engine(url, future=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        Base.metadata.create_all(self.engine)
+        self.session: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
