@@ -137,7 +137,7 @@ def _reindex(args: argparse.Namespace, settings: Any) -> int:
     if args.json:
         print(json.dumps(summary.to_dict(), ensure_ascii=False))
     else:
-        _print_summary(summary, Console())
+        _print_summary(summary, Console(soft_wrap=True))
     return 0 if summary.ok else 1
 
 
@@ -173,13 +173,12 @@ def _print_summary(summary: Any, console: Any) -> None:
     for label, value in summary_rows(summary):
         table.add_row(label, value)
     console.print(table)
-    if summary.scopes:
-        scopes = Table(title="scopes")
-        for col in ("scope", "documents", "collection (alias)", "physical collection", "analyzer"):
-            scopes.add_column(col)
-        for s in summary.scopes.values():
-            scopes.add_row(s.kb_scope, str(s.documents), s.collection, s.physical_collection, s.analyzer)
-        console.print(scopes)
+    for sc in summary.scopes.values():
+        console.print(
+            f"scope [bold]{sc.kb_scope}[/bold]: {sc.documents} documents, analyzer {sc.analyzer}, "
+            f"collection {sc.collection} -> {sc.physical_collection}",
+            highlight=False,
+        )
     for w in summary.warnings:
         console.print(f"[yellow]warning[/yellow] {w['path']}: {w['reason']}", highlight=False)
     if summary.skipped_other_scope:
@@ -190,7 +189,6 @@ def _print_summary(summary: Any, console: Any) -> None:
 
 def _status(args: argparse.Namespace, settings: Any) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from ingest.status import last_run, scope_statuses
     from kbcore.stores import open_stores
@@ -211,25 +209,20 @@ def _status(args: argparse.Namespace, settings: Any) -> int:
             )
         )
         return 0
-    console = Console()
+    console = Console(soft_wrap=True)
     if not statuses:
         console.print(f"nothing indexed under {settings.resolved_milvus_uri}; run `kbflow reindex PATH`")
         return 0
-    table = Table(title=f"kbflow status — {settings.resolved_milvus_uri}")
-    for col in ("scope", "documents", "errors", "chunks", "collection", "alias target", "analyzer", "model"):
-        table.add_column(col)
-    for s in statuses:
-        table.add_row(
-            s.kb_scope,
-            str(s.documents),
-            str(s.documents_with_errors),
-            str(s.chunks),
-            s.collection,
-            s.alias_target or "[red]missing[/red]",
-            s.analyzer,
-            s.model,
+    console.print(f"kbflow status — milvus {settings.resolved_milvus_uri}", highlight=False)
+    for st in statuses:
+        target = st.alias_target or "[red]MISSING: run `kbflow reindex --full`[/red]"
+        console.print(
+            f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
+            f"({st.documents_with_errors} with errors), {st.chunks} chunks in Milvus "
+            f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
+            f"  analyzer {st.analyzer}, model {st.model} ({st.dim}-d), updated {st.updated_at}",
+            highlight=False,
         )
-    console.print(table)
     if run:
         console.print(
             f"last reindex: {run['finished_at']} ({run['mode']}, {'ok' if run['ok'] else 'with failures'})"

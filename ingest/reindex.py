@@ -503,10 +503,10 @@ def reindex(
     `scope_runner` replaces the direct call of `index_scope` (the Prefect flow passes a task
     with retries); it must have the same signature."""
     started = time.time()
-    settings = settings or Settings()
     if scope is not None:
         validate_scope(scope)
-    stores = stores or open_stores(settings)
+    stores = stores or open_stores(settings or Settings())
+    settings = stores.settings
     scan_result = scan(roots, settings, stores, scope)
     summary = ReindexSummary(mode="full" if full else "incremental", roots=scan_result.roots, kb_scope=scope)
     summary.skipped_other_scope = scan_result.skipped_other_scope
@@ -518,6 +518,11 @@ def reindex(
             )
         except ScopeConfigMismatch as exc:
             failures.append(Failure(f"<scope {sc}>", str(exc)))
+            continue
+        except Exception as exc:  # a store error: report it, keep the other scopes going
+            failures.append(
+                Failure(f"<scope {sc}>", f"store error (a rerun converges): {type(exc).__name__}: {exc}")
+            )
             continue
         summary.add_scope(scope_summary)
         failures.extend(scope_failures)

@@ -10,6 +10,7 @@ Every row still carries `kb_scope` and every search filters on it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -60,6 +61,10 @@ def new_physical_name(alias: str) -> str:
 
 
 def open_client(uri: str, token: str = "") -> MilvusClient:
+    if not uri.startswith(("http://", "https://", "tcp://", "grpc://")):
+        # Milvus Lite serves in-process and logs every RPC it does not implement (e.g. the
+        # AllocTimestamp that index creation probes first) as an error; none of them matter.
+        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
     try:
         return MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
     except Exception as exc:  # pymilvus raises several unrelated types here

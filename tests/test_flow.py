@@ -1,0 +1,47 @@
+"""The Prefect reindex flow end to end (one temporary Prefect API per test session)."""
+
+from __future__ import annotations
+
+import pytest
+from prefect.client.orchestration import get_client
+
+from flows.reindex import reindex_flow, run_reindex_flow
+from tests.conftest import write_doc
+
+
+@pytest.fixture
+def harness(prefect_harness):
+    return prefect_harness
+
+
+async def _artifact(key: str):
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async with get_client() as client:
+        found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return found
+
+
+def test_flow_completes_and_publishes_summary(tmp_path, harness):
+    docs = tmp_path / "docs"
+    write_doc(docs, "a.md", source="doc-a", scope="flow", body="# A\n\n## S\n\nAlpha text.\n")
+    write_doc(docs, "b.md", source="doc-b", scope="flow", body="# B\n\n## S\n\nBeta text.\n")
+    ok, summary = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))
+    assert ok and summary["added"] == 2 and summary["failed"] == []
+    ok, again = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))
+    assert ok and again["unchanged"] == 2 and again["chunks_embedded"] == 0
+
+    import asyncio
+
+    artifacts = asyncio.run(_artifact("reindex-summary"))
+    assert any("| documents unchanged | 2 |" in a.data for a in artifacts)
+
+
+def test_flow_ends_failed_when_a_document_fails(tmp_path, harness):
+    docs = tmp_path / "docs"
+    write_doc(docs, "a.md", source="doc-a", scope="flow", body="# A\n\n## S\n\nAlpha text.\n")
+    (docs / "bad.md").write_text("---\nsource: [x\n---\nbody\n")
+    state = reindex_flow([str(docs)], home=str(tmp_path / "home"), return_state=True)
+    assert state.is_failed()
+    data = state.result(raise_on_failure=False)
+    assert data["added"] == 1 and data["failed"][0]["path"].endswith("bad.md")
