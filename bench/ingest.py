@@ -1,0 +1,121 @@
+"""Ingestion benchmark: is everything besides embedding cheap?
+
+On a generated corpus (default ~1,040 chunks) it measures, side by side in one process:
+  (a) model.encode alone over exactly the chunk texts a reindex embeds,
+  (b) a full reindex into a fresh home (cold embedding cache),
+  (c) a no-change incremental reindex of the same root,
+and prints b/a (target <= 1.25: embedding is the floor on CPU) and c/b (target <= 0.05).
+
+    python bench/ingest.py [--docs 260] [--sections 4] [--words 110]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ingest.chunking import chunk_markdown  # noqa: E402
+from ingest.parsing import parse_document, read_text  # noqa: E402
+from ingest.reindex import reindex  # noqa: E402
+from ingest.sources import discover  # noqa: E402
+from kbcore.embedder import get_embedder  # noqa: E402
+from kbcore.settings import Settings  # noqa: E402
+from kbcore.stores import close_all, open_stores  # noqa: E402
+
+VOCAB = (
+    "pool connection timeout replica lag queue consumer partition broker offset cache eviction "
+    "memory latency request upstream gateway certificate node pod container restart probe limit "
+    "heap thread index query table lock deadlock commit rollback shard leader election quorum "
+    "disk inode throughput backlog retry backoff circuit breaker rate limiter token session "
+    "cluster region failover snapshot checkpoint compaction flush segment bloom filter"
+).split()
+
+
+def make_corpus(root: Path, docs: int, sections: int, words: int, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    cats = ["Database", "Cache", "Message Queue", "Gateway", "Kubernetes"]
+    for i in range(docs):
+        body = [f"# Runbook {i}: {' '.join(rng.sample(VOCAB, 3))}\n"]
+        for j in range(sections):
+            text = " ".join(rng.choice(VOCAB) for _ in range(words))
+            body.append(f"## Section {j} {rng.choice(VOCAB)}\n\n{text.capitalize()}.\n")
+        crumb = f"{cats[i % len(cats)]} > Area {i % 7}"
+        fm = f"---\nsource: bench-{i:05d}\nkb_scope: bench\nbreadcrumb: {crumb}\n---\n"
+        (root / f"doc-{i:05d}.md").write_text(fm + "\n".join(body), encoding="utf-8")
+
+
+def chunk_texts(root: Path, settings: Settings) -> list[str]:
+    texts = []
+    for path in discover(root):
+        text, digest = read_text(path, settings.max_file_bytes)
+        doc, _ = parse_document(
+            text, content_hash=digest, rel_path=path.name, root=str(root), default_scope="bench"
+        )
+        texts += [
+            c.text for c in chunk_markdown(doc.body, settings.chunk_max_chars, settings.chunk_overlap_chars)
+        ]
+    return texts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=260)
+    ap.add_argument("--sections", type=int, default=4)
+    ap.add_argument("--words", type=int, default=110)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
+    root = work / "corpus"
+    root.mkdir()
+    make_corpus(root, args.docs, args.sections, args.words)
+    settings = Settings(home=work / "home")
+    texts = chunk_texts(root, settings)
+    print(
+        f"corpus: {args.docs} documents, {len(texts)} chunks, "
+        f"{sum(map(len, texts)) / len(texts):.0f} chars/chunk avg"
+    )
+
+    embedder = get_embedder(
+        settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
+    )
+    embedder.encode(texts[:64])  # warm-up: model load and first-call overheads are not part of (a)
+
+    t = time.perf_counter()
+    embedder.encode(texts)
+    a = time.perf_counter() - t
+
+    stores = open_stores(settings)
+    t = time.perf_counter()
+    full = reindex([root], full=True, stores=stores)
+    b = time.perf_counter() - t
+    assert full.ok and full.chunks_embedded == len(texts), full.to_dict()
+
+    t = time.perf_counter()
+    again = reindex([root], stores=stores)
+    c = time.perf_counter() - t
+    assert again.ok and again.chunks_embedded == 0 and again.unchanged == args.docs
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"(a) model.encode only        {a:8.2f} s  ({len(texts) / a:6.1f} chunks/s)")
+    print(f"(b) full reindex, cold cache {b:8.2f} s  ({len(texts) / b:6.1f} chunks/s)")
+    print(f"(c) no-change incremental    {c:8.2f} s")
+    print(f"b/a = {b / a:.3f}  (target <= 1.25)")
+    print(f"c/b = {c / b:.4f} (target <= 0.05)")
+    print(f"peak RSS {rss:.0f} MiB")
+    close_all()
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if b / a <= 1.25 and c / b <= 0.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
