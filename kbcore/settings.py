@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     max_l2: float = Field(2.0, gt=0)
     precise_threshold: float = Field(0.75, ge=0, le=1)
     reference_threshold: float = Field(0.5, ge=0, le=1)
+    lexical_quality_analyzers: list[Analyzer] = Field(
+        default_factory=lambda: ["jieba"],
+        description="Scopes with these analyzers, indexed with the default English model, take "
+        "quality from lexical coverage: all-MiniLM-L6-v2 gives no meaningful distance for Chinese.",
+    )
     context_char_budget: int = Field(4000, ge=100)
     max_query_chars: int = Field(500, ge=1)
     max_excerpt_chars: int = Field(1200, ge=1)

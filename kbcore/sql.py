@@ -125,6 +125,27 @@ class ReindexRunRow(Base):
     summary: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
+class LookupAuditRow(Base):
+    """One row per lookup, written before the result is returned (SPEC §3.9)."""
+
+    __tablename__ = "lookup_audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    query: Mapped[str] = mapped_column(Text)
+    kb_scope: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[list[Any]] = mapped_column(JSON)
+    selected_attempt: Mapped[str] = mapped_column(String(32))
+    fallback_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    evidence_keys: Mapped[list[str]] = mapped_column(JSON)
+    relevance_level: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    found: Mapped[bool] = mapped_column(Boolean)
+    timings_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (Index("ix_lookup_audit_created", "created_at"),)
+
+
 class SqlStore:
     """Engine + session factory; creates the schema on first use."""
 

@@ -1,0 +1,157 @@
+"""Typed contracts between the retrieval stages (SPEC §3).
+
+JSON uses the camelCase names of the original design (`originalRank`, `evidenceKey`, …);
+Python code uses snake_case. `RagToolResult` is the agent-facing projection and keeps its
+snake_case wire names (`relevance_level`, `evidence_status`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+ScoreLabel = Literal["dense", "hybrid"]
+RelevanceLevel = Literal["PRECISE", "REFERENCE"]
+AttemptName = Literal["FILTERED_VECTOR", "UNFILTERED_VECTOR", "UNFILTERED_VECTOR_RETRY"]
+FallbackReason = Literal["filtered_vector_low_quality", "filtered_vector_no_evidence"]
+
+NO_EVIDENCE_MESSAGE = "No usable evidence in the knowledge base; continue with logs, metrics and alerts"
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+class L0Navigation(Contract):
+    category_filter: str | None = None
+    domain_hints: list[str] = Field(default_factory=list)
+    matched_keywords: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+    l0_titles: list[str] = Field(default_factory=list)
+    # "scope:doc_id" -> reasons such as l0_keyword_overlap; explains hits, never scores them
+    doc_reasons: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class Hit(Contract):
+    """One candidate chunk as a search attempt returned it."""
+
+    evidence_key: str
+    doc_id: str
+    kb_scope: str
+    source: str
+    source_path: str = ""
+    title: str = ""
+    breadcrumb: str = ""
+    category: str = ""
+    heading_path: str = ""
+    chunk_index: int = 0
+    content: str = ""
+    original_rank: int
+    score: float
+    score_label: ScoreLabel
+    dense_distance: float | None = None
+    quality_signal: Literal["dense", "lexical"] = "dense"
+    quality_score: float | None = None
+    hit_reasons: list[str] = Field(default_factory=list)
+
+
+class Evidence(Contract):
+    evidence_key: str
+    doc_id: str
+    kb_scope: str
+    source: str
+    source_path: str = ""
+    title: str = ""
+    breadcrumb: str = ""
+    heading_path: str = ""
+    excerpt: str
+    quality_score: float
+    original_rank: int
+    hit_reasons: list[str] = Field(default_factory=list)
+
+
+class AttemptTrace(Contract):
+    attempt: AttemptName
+    query_used: str
+    mode: Literal["hybrid", "dense"]
+    category_filter: str | None = None
+    scopes: list[str] = Field(default_factory=list)
+    candidate_count: int = 0
+    top_quality: float | None = None
+    low_quality: bool = True
+    elapsed_ms: float = 0.0
+
+
+class RetrievalTrace(Contract):
+    l0: L0Navigation
+    attempts: list[AttemptTrace]
+    selected_attempt: AttemptName
+    fallback_reason: FallbackReason | None = None
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class RerankTrace(Contract):
+    reranker: str
+    applied: bool
+    input_count: int
+    output_count: int
+    elapsed_ms: float = 0.0
+
+
+class ContextPack(Contract):
+    packed_text: str
+    strategy: str
+    char_budget: int
+    used_chars: int
+    included_sources: list[str]
+    omitted_sources: list[str]
+
+
+class LookupResult(Contract):
+    query: str
+    kb_scope: str | None
+    mode: Literal["hybrid", "dense"]
+    found: bool
+    evidence: list[Evidence]
+    candidate_count: int
+    returned_count: int
+    relevance_level: RelevanceLevel | None
+    completeness_hint: str
+    message: str | None
+    query_truncated: bool = False
+    context: ContextPack
+    retrieval_trace: RetrievalTrace
+    rerank_trace: RerankTrace
+    audit_id: int | None = None
+    audit_error: str | None = None
+
+
+class RagEvidence(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    evidence_key: str
+    document_id: str
+    source: str
+    breadcrumb: str
+    heading_path: str
+    excerpt: str
+    quality_score: float
+
+
+class RagToolResult(BaseModel):
+    """What the agent sees: bounded, deduplicated, honest about every lossy step."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str
+    evidence: list[RagEvidence]
+    relevance_level: RelevanceLevel | None
+    evidence_status: Literal["FOUND", "NO_EVIDENCE"]
+    truncated: bool
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

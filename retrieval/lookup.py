@@ -1,0 +1,50 @@
+"""Public entry points: `lookup_knowledge` and `project_for_agent`.
+
+The model and the stores are opened once per process (per settings' store locations) and
+reused by every call.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from kbcore.settings import Settings
+from kbcore.stores import open_stores
+from retrieval.contracts import LookupResult, RagToolResult
+from retrieval.pipeline import Retriever
+from retrieval.projection import ProjectionLimits
+from retrieval.projection import project_for_agent as _project
+
+_lock = threading.Lock()
+_retrievers: dict[tuple[str, str], Retriever] = {}
+
+
+def get_retriever(settings: Settings | None = None) -> Retriever:
+    settings = settings or Settings()
+    key = (settings.resolved_milvus_uri, settings.resolved_database_url)
+    with _lock:
+        retriever = _retrievers.get(key)
+        if retriever is None or retriever.stores.settings != settings:
+            retriever = Retriever(open_stores(settings))
+            _retrievers[key] = retriever
+        return retriever
+
+
+def reset_retrievers() -> None:
+    with _lock:
+        _retrievers.clear()
+
+
+def lookup_knowledge(
+    query: str, *, kb_scope: str | None = None, mode: str = "hybrid", settings: Settings | None = None
+) -> LookupResult:
+    """Look up evidence for `query` in `kb_scope` (None = the settings' scope, empty = all)."""
+    return get_retriever(settings).lookup(query, kb_scope=kb_scope, mode=mode)
+
+
+def project_for_agent(result: LookupResult, settings: Settings | None = None) -> RagToolResult:
+    s = settings or Settings()
+    return _project(
+        result,
+        ProjectionLimits(s.max_query_chars, s.max_excerpt_chars, s.max_evidence, s.max_projection_bytes),
+    )

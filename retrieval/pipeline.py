@@ -1,0 +1,250 @@
+"""The lookup orchestration: L0 -> search -> quality -> post-process -> (one fallback) ->
+rerank -> pack -> assemble -> audit. Each stage is its own module; this one only chains them.
+
+Fallback rule: only an attempt that had a category filter and came back low quality is retried,
+exactly once, as UNFILTERED_VECTOR_RETRY with the original query and the same scope(s). The
+retry replaces the first result (no merge) and is accepted even if still weak.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from sqlalchemy import select
+
+from kbcore import milvus_store as ms
+from kbcore.embedder import DEFAULT_MODEL_ID, Embedder, get_embedder
+from kbcore.settings import Settings
+from kbcore.sql import ScopeRow
+from kbcore.stores import Stores
+from kbcore.validation import validate_scope
+from retrieval.audit import write_audit
+from retrieval.contracts import (
+    NO_EVIDENCE_MESSAGE,
+    AttemptTrace,
+    L0Navigation,
+    LookupResult,
+    RetrievalTrace,
+)
+from retrieval.l0_navigation import navigate
+from retrieval.packing import pack
+from retrieval.postprocess import PostprocessConfig, Processed, attach_l0_reasons, postprocess, score_hits
+from retrieval.rerank import NoopReranker, Reranker, run_rerank
+from retrieval.search import ScopeTarget, SearchSpec, search_attempt
+
+
+class LookupError_(ValueError):
+    """Bad lookup input (empty query, invalid scope or mode); the message says which."""
+
+
+class IndexMissing(RuntimeError):
+    """Nothing has been indexed yet."""
+
+
+MODES = ("hybrid", "dense")
+
+
+@dataclass
+class _Timer:
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def stage(self, name: str, started: float) -> float:
+        now = time.perf_counter()
+        self.timings[name] = round(self.timings.get(name, 0.0) + (now - started) * 1000, 3)
+        return now
+
+
+def _postprocess_config(s: Settings) -> PostprocessConfig:
+    return PostprocessConfig(
+        max_l2=s.max_l2,
+        max_chunks_per_document=s.max_chunks_per_document,
+        return_n=s.return_n,
+        precise_threshold=s.precise_threshold,
+        reference_threshold=s.reference_threshold,
+    )
+
+
+class Retriever:
+    """Holds the opened stores and loaded models for a process; `lookup` is thread-safe for
+    reads (the model forward pass is serialized inside the embedder)."""
+
+    def __init__(self, stores: Stores, reranker: Reranker | None = None) -> None:
+        self.stores = stores
+        self.reranker = reranker or NoopReranker()
+        self._loaded: set[str] = set()
+
+    @property
+    def settings(self) -> Settings:
+        return self.stores.settings
+
+    def _embedder(self, model_id: str) -> Embedder:
+        s = self.settings
+        name = "" if model_id == DEFAULT_MODEL_ID else model_id
+        return get_embedder(name, s.embedding_device, s.embedding_batch_size)
+
+    def targets(self, kb_scope: str | None) -> list[ScopeTarget]:
+        with self.stores.sql.session() as session:
+            q = select(ScopeRow).order_by(ScopeRow.kb_scope)
+            if kb_scope:
+                q = q.where(ScopeRow.kb_scope == kb_scope)
+            rows = session.scalars(q).all()
+            if not rows and not kb_scope and session.scalars(select(ScopeRow).limit(1)).first() is None:
+                raise IndexMissing(
+                    f"no knowledge is indexed in {self.settings.resolved_milvus_uri}; "
+                    "run `kbflow reindex PATH` first"
+                )
+        out = []
+        for r in rows:
+            if ms.alias_target(self.stores.milvus, r.alias) is None:
+                raise IndexMissing(
+                    f"collection for scope '{r.kb_scope}' is missing; run `kbflow reindex --full`"
+                )
+            if r.alias not in self._loaded:
+                self.stores.milvus.load_collection(r.alias)
+                self._loaded.add(r.alias)
+            lexical = r.analyzer in self.settings.lexical_quality_analyzers and r.model_id == DEFAULT_MODEL_ID
+            out.append(ScopeTarget(r.kb_scope, r.alias, r.model_id, "lexical" if lexical else "dense"))
+        return out
+
+    def lookup(self, query: str, *, kb_scope: str | None = None, mode: str | None = None) -> LookupResult:
+        s = self.settings
+        if not isinstance(query, str) or not query.strip():
+            raise LookupError_("query is empty: give the symptom, error message or question to look up")
+        mode = mode or s.search_mode
+        if mode not in MODES:
+            raise LookupError_(f"invalid mode {mode!r}: use one of {', '.join(MODES)}")
+        kb_scope = kb_scope if kb_scope is not None else (s.kb_scope or None)
+        if kb_scope:
+            try:
+                validate_scope(kb_scope)
+            except ValueError as exc:
+                raise LookupError_(str(exc)) from exc
+        query = " ".join(query.split())
+        truncated = len(query) > s.max_query_chars
+        query = query[: s.max_query_chars]
+
+        timer = _Timer()
+        t0 = t = time.perf_counter()
+        targets = self.targets(kb_scope)
+        with self.stores.sql.session() as session:
+            nav = navigate(session, query, [tg.kb_scope for tg in targets])
+        t = timer.stage("l0", t)
+        vectors: dict[str, np.ndarray] = {}
+        for model_id in {tg.model_id for tg in targets}:
+            vectors[model_id] = self._embedder(model_id).encode([query])[0]
+        t = timer.stage("embed", t)
+
+        cfg = _postprocess_config(s)
+        spec = SearchSpec(
+            mode=mode,
+            limit=s.retrieve_k,
+            rrf_k=s.rrf_k,
+            dense_weight=s.dense_weight,
+            sparse_weight=s.sparse_weight,
+        )
+
+        def attempt(name: str, category: str | None) -> tuple[Processed, AttemptTrace]:
+            started = time.perf_counter()
+            hits = (
+                search_attempt(self.stores.milvus, targets, query, vectors, spec, category) if targets else []
+            )
+            st = timer.stage("search", started)
+            hits = attach_l0_reasons(score_hits(hits, query, s.max_l2), nav)
+            processed = postprocess(hits, cfg)
+            timer.stage("postprocess", st)
+            trace = AttemptTrace(
+                attempt=name,
+                query_used=query,
+                mode=mode,
+                category_filter=category,
+                scopes=[tg.kb_scope for tg in targets],
+                candidate_count=len(hits),
+                top_quality=None if processed.top_quality is None else round(processed.top_quality, 4),
+                low_quality=processed.low_quality,
+                elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+            return processed, trace
+
+        first_name = "FILTERED_VECTOR" if nav.category_filter else "UNFILTERED_VECTOR"
+        selected, first_trace = attempt(first_name, nav.category_filter)
+        attempts = [first_trace]
+        selected_name, fallback_reason = first_name, None
+        if nav.category_filter and selected.low_quality:
+            fallback_reason = (
+                "filtered_vector_no_evidence" if not selected.ranked else "filtered_vector_low_quality"
+            )
+            selected, retry_trace = attempt("UNFILTERED_VECTOR_RETRY", None)  # original query, scope kept
+            attempts.append(retry_trace)
+            selected_name = "UNFILTERED_VECTOR_RETRY"
+
+        t = time.perf_counter()
+        evidence, rerank_trace = run_rerank(self.reranker, query, selected.evidence)
+        t = timer.stage("rerank", t)
+        context = pack(evidence, s.context_char_budget)
+        timer.stage("pack", t)
+        timer.timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
+
+        result = self._assemble(
+            query,
+            kb_scope,
+            mode,
+            truncated,
+            nav,
+            selected,
+            evidence,
+            context,
+            attempts,
+            selected_name,
+            fallback_reason,
+            rerank_trace,
+            timer,
+        )
+        return write_audit(self.stores.sql, result)
+
+    @staticmethod
+    def _assemble(
+        query,
+        kb_scope,
+        mode,
+        truncated,
+        nav: L0Navigation,
+        selected: Processed,
+        evidence,
+        context,
+        attempts,
+        selected_name,
+        fallback_reason,
+        rerank_trace,
+        timer,
+    ) -> LookupResult:
+        found = bool(evidence)
+        if not found:
+            hint = "none: no usable evidence"
+        elif len(evidence) < 2 or selected.relevance_level != "PRECISE":
+            hint = "partial: weak or single-source evidence; corroborate with logs and metrics"
+        else:
+            hint = "sufficient: several precise sources"
+        return LookupResult(
+            query=query,
+            kb_scope=kb_scope,
+            mode=mode,
+            found=found,
+            evidence=evidence,
+            candidate_count=len(selected.ranked),
+            returned_count=len(evidence),
+            relevance_level=selected.relevance_level if found else None,
+            completeness_hint=hint,
+            message=None if found else NO_EVIDENCE_MESSAGE,
+            query_truncated=truncated,
+            context=context,
+            retrieval_trace=RetrievalTrace(
+                l0=nav,
+                attempts=attempts,
+                selected_attempt=selected_name,
+                fallback_reason=fallback_reason,
+                timings_ms=timer.timings,
+            ),
+            rerank_trace=rerank_trace,
+        )
