@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 ScoreLabel = Literal["dense", "hybrid"]
@@ -58,6 +58,13 @@ class Hit(Contract):
     quality_signal: Literal["dense", "lexical"] = "dense"
     quality_score: float | None = None
     hit_reasons: list[str] = Field(default_factory=list)
+
+    @field_validator("score_label", mode="before")
+    @classmethod
+    def _canonical(cls, v: str) -> str:
+        from retrieval.quality import canonical_label  # legacy labels (l2_distance, bm25_only_no_dense…)
+
+        return canonical_label(v)
 
 
 class Evidence(Contract):

@@ -13,6 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from kbcore.settings import Settings  # noqa: E402
 from kbcore.stores import Stores, close_all, open_stores  # noqa: E402
+from retrieval.lookup import reset_retrievers  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,6 +56,7 @@ def settings(tmp_path: Path) -> Settings:
 def _close_stores():
     """Each test gets its own Milvus Lite file; release the previous one's handles."""
     yield
+    reset_retrievers()
     close_all()
 
 

@@ -1,0 +1,155 @@
+"""lookup_knowledge end to end on seed-docs/ through real Milvus Lite, SQLite and the model."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select, text
+
+from ingest.reindex import reindex
+from kbcore.settings import Settings
+from kbcore.sql import LookupAuditRow
+from kbcore.stores import open_stores
+from retrieval import lookup_knowledge, project_for_agent
+from retrieval.pipeline import IndexMissing, LookupError_
+from tests.conftest import REPO, write_doc
+
+FALLBACK_QUERY = "chat messages arrive late and consumer lag keeps growing"
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory) -> Settings:
+    """seed-docs plus a second scope whose document would match the test queries."""
+    base = tmp_path_factory.mktemp("lookup")
+    settings = Settings(home=base / "home")
+    other = base / "other"
+    write_doc(
+        other,
+        "kafka.md",
+        source="other-kafka",
+        scope="other-team",
+        breadcrumb="Message Queue > Kafka",
+        body="# Kafka consumer lag\n\n## Chat\n\nChat messages arrive late when consumer lag grows.\n",
+    )
+    summary = reindex([REPO / "seed-docs", other], settings=settings)
+    assert summary.ok, summary.failed
+    return settings
+
+
+def docs(result) -> list[str]:
+    return [e.doc_id for e in result.evidence]
+
+
+def test_precise_hit(seeded):
+    r = lookup_knowledge("kafka consumer group lag growing", kb_scope="rag-eval", settings=seeded)
+    assert r.found and r.relevance_level == "PRECISE"
+    assert docs(r)[0] == "kafka-consumer-lag"
+    assert r.retrieval_trace.selected_attempt == "FILTERED_VECTOR"  # L0 narrowed to Message Queue
+    assert r.retrieval_trace.l0.category_filter == "Message Queue"
+    assert all(e.quality_score >= 0.5 for e in r.evidence)
+    assert "kafka-consumer-lag" in r.context.included_sources
+    assert len([d for d in docs(r) if d == "kafka-consumer-lag"]) <= 2  # max_chunks_per_document
+    ranks = [e.original_rank for e in r.evidence]
+    assert ranks == sorted(ranks)
+
+
+def test_decoy_drives_the_single_fallback(seeded):
+    r = lookup_knowledge(FALLBACK_QUERY, kb_scope="rag-eval", settings=seeded)
+    trace = r.retrieval_trace
+    assert trace.l0.category_filter == "Gateway"  # the decoy's frontmatter keywords won L0
+    assert [a.attempt for a in trace.attempts] == ["FILTERED_VECTOR", "UNFILTERED_VECTOR_RETRY"]
+    assert trace.attempts[0].low_quality and trace.attempts[0].category_filter == "Gateway"
+    assert trace.attempts[1].category_filter is None and trace.attempts[1].query_used == FALLBACK_QUERY
+    assert trace.attempts[1].scopes == ["rag-eval"]  # the retry keeps the scope
+    assert trace.selected_attempt == "UNFILTERED_VECTOR_RETRY"
+    assert trace.fallback_reason == "filtered_vector_low_quality"
+    assert docs(r)[0] == "kafka-consumer-lag" and "chat-gateway-release-notes" not in docs(r)
+    assert all(a.elapsed_ms > 0 for a in trace.attempts)
+
+
+def test_chinese_query(seeded):
+    r = lookup_knowledge("数据库连接池满了怎么办", kb_scope="rag-eval-zh", settings=seeded)
+    assert r.found and docs(r)[0] == "mysql-pool-exhausted-zh"
+    assert r.retrieval_trace.l0.category_filter == "数据库"
+
+
+def test_nothing_relevant_is_guidance_not_failure(seeded):
+    r = lookup_knowledge("how do I bake sourdough bread at home", kb_scope="rag-eval", settings=seeded)
+    assert not r.found and r.evidence == [] and r.relevance_level is None
+    assert r.message.startswith("No usable evidence in the knowledge base")
+    agent = project_for_agent(r)
+    assert agent.evidence_status == "NO_EVIDENCE" and agent.relevance_level is None
+
+
+def test_lexical_match_without_meaning_trips_the_gate(seeded):
+    """BM25 finds 'pool' in the MySQL runbook, rank 1 exists, and still nothing is usable."""
+    r = lookup_knowledge("pool party for the kids this summer", kb_scope="rag-eval", settings=seeded)
+    assert r.candidate_count > 0 and not r.found
+    assert r.retrieval_trace.attempts[-1].top_quality < 0.5
+
+
+def test_scope_isolation_in_every_attempt(seeded):
+    r = lookup_knowledge(FALLBACK_QUERY, kb_scope="rag-eval", settings=seeded)
+    assert len(r.retrieval_trace.attempts) == 2
+    assert all(e.kb_scope == "rag-eval" for e in r.evidence)
+    assert "other-kafka" not in docs(r) and "other-kafka" not in r.context.packed_text
+    mine = lookup_knowledge(FALLBACK_QUERY, kb_scope="other-team", settings=seeded)
+    assert docs(mine) == ["other-kafka"]
+    everywhere = lookup_knowledge(FALLBACK_QUERY, kb_scope="", settings=seeded)  # empty = all scopes
+    assert {"other-kafka", "kafka-consumer-lag"} <= set(docs(everywhere))
+
+
+def test_dense_mode_on_the_same_collection(seeded):
+    r = lookup_knowledge(
+        "kafka consumer group lag growing", kb_scope="rag-eval", mode="dense", settings=seeded
+    )
+    assert r.mode == "dense" and docs(r)[0] == "kafka-consumer-lag"
+    hybrid = lookup_knowledge("redis evicted_keys growing maxmemory", kb_scope="rag-eval", settings=seeded)
+    assert hybrid.retrieval_trace.attempts[0].mode == "hybrid"
+
+
+def test_weighted_fusion_path(seeded):
+    weighted = Settings(home=seeded.home, dense_weight=2.0, sparse_weight=1.0)
+    r = lookup_knowledge("kafka consumer group lag growing", kb_scope="rag-eval", settings=weighted)
+    assert docs(r)[0] == "kafka-consumer-lag"
+
+
+def test_audit_row_written_before_return(seeded):
+    r = lookup_knowledge(FALLBACK_QUERY, kb_scope="rag-eval", settings=seeded)
+    assert r.audit_id is not None and r.audit_error is None
+    stores = open_stores(seeded)
+    with stores.sql.session() as s:
+        row = s.scalars(select(LookupAuditRow).where(LookupAuditRow.id == r.audit_id)).one()
+    assert row.query == FALLBACK_QUERY and row.kb_scope == "rag-eval" and row.mode == "hybrid"
+    assert row.selected_attempt == "UNFILTERED_VECTOR_RETRY"
+    assert row.fallback_reason == "filtered_vector_low_quality"
+    assert row.evidence_keys == [e.evidence_key for e in r.evidence]
+    assert len(row.attempts) == 2 and "total" in row.timings_ms
+    assert row.result["retrievalTrace"]["selectedAttempt"] == "UNFILTERED_VECTOR_RETRY"
+
+
+def test_audit_failure_is_visible_and_keeps_the_answer(seeded, caplog):
+    stores = open_stores(seeded)
+    with stores.sql.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE lookup_audit RENAME TO lookup_audit_away"))
+    try:
+        r = lookup_knowledge("kafka consumer group lag growing", kb_scope="rag-eval", settings=seeded)
+    finally:
+        with stores.sql.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE lookup_audit_away RENAME TO lookup_audit"))
+    assert r.found and r.audit_id is None and "lookup_audit" in r.audit_error
+    assert any("audit write failed" in rec.message for rec in caplog.records)
+
+
+def test_bad_input(seeded, tmp_path):
+    with pytest.raises(LookupError_, match="query is empty"):
+        lookup_knowledge("   ", settings=seeded)
+    with pytest.raises(LookupError_, match="invalid kb_scope"):
+        lookup_knowledge("x", kb_scope='x" or kb_scope != "', settings=seeded)
+    with pytest.raises(LookupError_, match="invalid mode"):
+        lookup_knowledge("x", mode="sparse", settings=seeded)
+    unknown = lookup_knowledge("kafka lag", kb_scope="no-such-scope", settings=seeded)
+    assert not unknown.found and unknown.candidate_count == 0
+    long = lookup_knowledge("kafka consumer lag " * 60, kb_scope="rag-eval", settings=seeded)
+    assert long.query_truncated and len(long.query) == 500 and project_for_agent(long).truncated
+    with pytest.raises(IndexMissing, match="kbflow reindex"):
+        lookup_knowledge("kafka", settings=Settings(home=tmp_path / "empty"))
