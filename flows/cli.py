@@ -25,6 +25,9 @@ examples:
   kbflow reindex docs/ --full              rebuild each scope into a new collection, swap alias
   kbflow reindex docs/ --json              one JSON summary object on stdout
   kbflow status                            per scope: documents, chunks, collection, model
+  kbflow lookup "kafka consumer lag" --scope rag-eval        readable table
+  kbflow lookup "..." --agent --json       the agent's RagToolResult as JSON
+  kbflow lookup --queries q.jsonl          batch, one JSON line per query
 """
 
 
@@ -66,6 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="show what is indexed, per scope")
     _common(p)
+
+    p = sub.add_parser(
+        "lookup",
+        help="look up evidence for a query",
+        description="Run lookup_knowledge: L0 navigation, hybrid (or dense) search, quality gate, one "
+        "fallback, context pack, audit. Prints a table, or JSON with --json (the LookupResult; the "
+        'agent\'s RagToolResult with --agent). With --queries FILE.jsonl (lines {"id":…, "query":…, '
+        '"kb_scope":…}) prints one JSON line {"id", "result"} per query.',
+    )
+    p.add_argument("query", nargs="?", help="the symptom, error message or question")
+    p.add_argument("--scope", help="kb_scope to search (default: all scopes)")
+    p.add_argument("--mode", choices=["hybrid", "dense"], help="search mode (default hybrid)")
+    p.add_argument("--agent", action="store_true", help="project to the agent contract (RagToolResult)")
+    p.add_argument("--queries", metavar="FILE.jsonl", help="batch: one JSON object per line")
+    _common(p)
     return parser
 
 
@@ -97,16 +115,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ingest.sources import RootError
     from kbcore.milvus_store import StoreUnavailable
     from kbcore.validation import InvalidValue
+    from retrieval.pipeline import IndexMissing, LookupError_
 
     try:
         settings = _settings(args)
         if args.command == "reindex":
             return _reindex(args, settings)
+        if args.command == "lookup":
+            return _lookup(args, settings)
         return _status(args, settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         return _err(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
-    except (RootError, InvalidValue, StoreUnavailable) as exc:
+    except (RootError, InvalidValue, StoreUnavailable, LookupError_, IndexMissing) as exc:
         return _err(str(exc))
 
 
@@ -185,6 +206,92 @@ def _print_summary(summary: Any, console: Any) -> None:
         console.print(f"{summary.skipped_other_scope} file(s) declare another kb_scope and were skipped")
     for f in summary.failed:
         console.print(f"[red]FAILED[/red] {f['path']}: {f['reason']}", highlight=False)
+
+
+def _lookup(args: argparse.Namespace, settings: Any) -> int:
+    from rich.console import Console
+
+    from retrieval import lookup_knowledge, project_for_agent
+    from retrieval.pipeline import LookupError_
+
+    def run(query: str, scope: str | None) -> dict[str, Any]:
+        result = lookup_knowledge(
+            query, kb_scope=scope, mode=args.mode or settings.search_mode, settings=settings
+        )
+        return project_for_agent(result, settings).to_json() if args.agent else result.to_json()
+
+    if args.queries:
+        if args.query:
+            return _err("give either QUERY or --queries, not both")
+        failed = 0
+        with open(args.queries, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                item: Any = None
+                try:
+                    item = json.loads(line)
+                    if not isinstance(item, dict) or not isinstance(item.get("query"), str):
+                        raise LookupError_('each line must be an object with a string "query"')
+                    out = {
+                        "id": item.get("id", n),
+                        "result": run(item["query"], item.get("kb_scope", args.scope)),
+                    }
+                except (json.JSONDecodeError, LookupError_) as exc:
+                    failed += 1
+                    line_id = item.get("id", n) if isinstance(item, dict) else n
+                    out = {"id": line_id, "error": f"{args.queries}:{n}: {exc}"}
+                print(json.dumps(out, ensure_ascii=False), flush=True)
+        return 1 if failed else 0
+    if not args.query:
+        return _err("give a QUERY (or --queries FILE.jsonl)")
+    data = run(args.query, args.scope)
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+        return 0
+    _print_lookup(data, args.agent, Console(soft_wrap=True))
+    return 0
+
+
+def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
+    from rich.table import Table
+
+    if agent:
+        console.print(
+            f"evidence_status {data['evidence_status']}, relevance {data['relevance_level']}, "
+            f"truncated {data['truncated']}",
+            highlight=False,
+        )
+        for e in data["evidence"]:
+            console.print(
+                f"- {e['evidence_key']} ({e['quality_score']:.2f}) {e['breadcrumb']}", highlight=False
+            )
+        return
+    trace = data["retrievalTrace"]
+    level = data["relevanceLevel"] or "none"
+    console.print(f"query: {data['query']}", highlight=False)
+    console.print(
+        f"level {level} — attempt {trace['selectedAttempt']}"
+        + (f" (fallback: {trace['fallbackReason']})" if trace["fallbackReason"] else "")
+        + (f" — L0 category {trace['l0']['categoryFilter']}" if trace["l0"]["categoryFilter"] else ""),
+        highlight=False,
+    )
+    if not data["found"]:
+        console.print(data["message"], highlight=False)
+        return
+    table = Table()
+    for col in ("rank", "doc", "breadcrumb", "section", "quality", "hit reasons"):
+        table.add_column(col)
+    for e in data["evidence"]:
+        table.add_row(
+            str(e["originalRank"]),
+            e["evidenceKey"],
+            e["breadcrumb"],
+            e["headingPath"],
+            f"{e['qualityScore']:.2f}",
+            ", ".join(e["hitReasons"]),
+        )
+    console.print(table)
 
 
 def _status(args: argparse.Namespace, settings: Any) -> int:
