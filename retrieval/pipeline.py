@@ -24,7 +24,6 @@ from retrieval.audit import write_audit
 from retrieval.contracts import (
     NO_EVIDENCE_MESSAGE,
     AttemptTrace,
-    L0Navigation,
     LookupResult,
     RetrievalTrace,
 )
@@ -64,6 +63,14 @@ def _postprocess_config(s: Settings) -> PostprocessConfig:
         precise_threshold=s.precise_threshold,
         reference_threshold=s.reference_threshold,
     )
+
+
+def completeness_hint(evidence: list, level: str | None) -> str:
+    if not evidence:
+        return "none: no usable evidence"
+    if len(evidence) < 2 or level != "PRECISE":
+        return "partial: weak or single-source evidence; corroborate with logs and metrics"
+    return "sufficient: several precise sources"
 
 
 class Retriever:
@@ -186,47 +193,8 @@ class Retriever:
         timer.stage("pack", t)
         timer.timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
 
-        result = self._assemble(
-            query,
-            kb_scope,
-            mode,
-            truncated,
-            nav,
-            selected,
-            evidence,
-            context,
-            attempts,
-            selected_name,
-            fallback_reason,
-            rerank_trace,
-            timer,
-        )
-        return write_audit(self.stores.sql, result)
-
-    @staticmethod
-    def _assemble(
-        query,
-        kb_scope,
-        mode,
-        truncated,
-        nav: L0Navigation,
-        selected: Processed,
-        evidence,
-        context,
-        attempts,
-        selected_name,
-        fallback_reason,
-        rerank_trace,
-        timer,
-    ) -> LookupResult:
         found = bool(evidence)
-        if not found:
-            hint = "none: no usable evidence"
-        elif len(evidence) < 2 or selected.relevance_level != "PRECISE":
-            hint = "partial: weak or single-source evidence; corroborate with logs and metrics"
-        else:
-            hint = "sufficient: several precise sources"
-        return LookupResult(
+        result = LookupResult(
             query=query,
             kb_scope=kb_scope,
             mode=mode,
@@ -235,7 +203,7 @@ class Retriever:
             candidate_count=len(selected.ranked),
             returned_count=len(evidence),
             relevance_level=selected.relevance_level if found else None,
-            completeness_hint=hint,
+            completeness_hint=completeness_hint(evidence, selected.relevance_level),
             message=None if found else NO_EVIDENCE_MESSAGE,
             query_truncated=truncated,
             context=context,
@@ -248,3 +216,4 @@ class Retriever:
             ),
             rerank_trace=rerank_trace,
         )
+        return write_audit(self.stores.sql, result)

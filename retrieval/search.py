@@ -1,8 +1,9 @@
 """One search attempt over the scope collections: hybrid (dense + BM25 fused by RRF) or dense.
 
 Every attempt filters on kb_scope; a FILTERED_VECTOR attempt adds the L0 category. Each hit gets
-`denseDistance`, the exact squared L2 of its stored vector to the query, for *every* candidate,
-so quality never has to guess from rank. Filling it in changes no score, label or order.
+`denseDistance`, the exact squared L2 of its stored vector to the query, for *every* candidate
+(BM25-only ones included), so quality never has to guess from rank. Filling it in changes no
+score, label or order.
 """
 
 from __future__ import annotations
@@ -13,23 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker
 
-from kbcore.validation import eq, in_list, validate_category, validate_scope
+from kbcore import milvus_store as ms
+from kbcore.validation import eq, validate_category, validate_scope
 from retrieval.contracts import Hit
 from retrieval.fusion import rrf
 
-OUTPUT_FIELDS = [
-    "id",
-    "doc_id",
-    "source",
-    "_source",
-    "kb_scope",
-    "category",
-    "breadcrumb",
-    "title",
-    "heading_path",
-    "chunk_index",
-    "text",
-]
+OUTPUT_FIELDS = ms.SCALAR_FIELDS
+HIT_FIELDS = [*OUTPUT_FIELDS, "dense"]
 
 
 @dataclass(frozen=True)
@@ -87,51 +78,37 @@ def _search_one(
     """(raw hit, score) best first for one scope collection."""
     expr = _expr(target.kb_scope, category)
     dense_params = {"metric_type": "L2", "params": {"ef": max(64, spec.limit * 2)}}
-    if spec.mode == "dense":
-        res = client.search(
+    sparse_params = {"metric_type": "BM25"}
+
+    def leg(data: list, field: str, params: dict) -> list[dict]:
+        return client.search(
             target.alias,
-            data=[vector.tolist()],
-            anns_field="dense",
+            data=data,
+            anns_field=field,
             limit=spec.limit,
             filter=expr,
-            output_fields=OUTPUT_FIELDS,
-            search_params=dense_params,
+            output_fields=HIT_FIELDS,
+            search_params=params,
         )[0]
-        return [(h, float(h["distance"])) for h in res]
-    dense_req = AnnSearchRequest(
-        data=[vector.tolist()], anns_field="dense", param=dense_params, limit=spec.limit, expr=expr
-    )
-    sparse_req = AnnSearchRequest(
-        data=[query], anns_field="sparse", param={"metric_type": "BM25"}, limit=spec.limit, expr=expr
-    )
+
+    if spec.mode == "dense":
+        return [(h, float(h["distance"])) for h in leg([vector.tolist()], "dense", dense_params)]
     if spec.dense_weight == spec.sparse_weight:
+        requests = [
+            AnnSearchRequest(
+                data=[vector.tolist()], anns_field="dense", param=dense_params, limit=spec.limit, expr=expr
+            ),
+            AnnSearchRequest(
+                data=[query], anns_field="sparse", param=sparse_params, limit=spec.limit, expr=expr
+            ),
+        ]
         res = client.hybrid_search(
-            target.alias,
-            [dense_req, sparse_req],
-            RRFRanker(spec.rrf_k),
-            limit=spec.limit,
-            output_fields=OUTPUT_FIELDS,
+            target.alias, requests, RRFRanker(spec.rrf_k), limit=spec.limit, output_fields=HIT_FIELDS
         )[0]
         # Milvus's RRF is unweighted; scale so scores match the weighted formula's units
         return [(h, float(h["distance"]) * spec.dense_weight) for h in res]
-    dense = client.search(
-        target.alias,
-        data=[vector.tolist()],
-        anns_field="dense",
-        limit=spec.limit,
-        filter=expr,
-        output_fields=OUTPUT_FIELDS,
-        search_params=dense_params,
-    )[0]
-    sparse = client.search(
-        target.alias,
-        data=[query],
-        anns_field="sparse",
-        limit=spec.limit,
-        filter=expr,
-        output_fields=OUTPUT_FIELDS,
-        search_params={"metric_type": "BM25"},
-    )[0]
+    dense = leg([vector.tolist()], "dense", dense_params)
+    sparse = leg([query], "sparse", sparse_params)
     by_id = {h["id"]: h for h in [*sparse, *dense]}
     fused = rrf(
         [[h["id"] for h in dense], [h["id"] for h in sparse]],
@@ -141,22 +118,10 @@ def _search_one(
     return [(by_id[i], s) for i, s in fused[: spec.limit]]
 
 
-def dense_distances(
-    client: MilvusClient, target: ScopeTarget, ids: Sequence[str], vector: np.ndarray
-) -> dict[str, float]:
-    """Exact squared L2 (the unit Milvus reports for L2) from each chunk's stored vector."""
-    if not ids:
-        return {}
-    rows = client.query(
-        target.alias,
-        filter=f"{eq('kb_scope', target.kb_scope)} and {in_list('id', ids)}",
-        output_fields=["id", "dense"],
-    )
-    out = {}
-    for r in rows:
-        diff = np.asarray(r["dense"], dtype=np.float32) - vector
-        out[r["id"]] = float(diff @ diff)
-    return out
+def squared_l2(stored: Sequence[float], vector: np.ndarray) -> float:
+    """Exact squared L2 (the unit Milvus reports for L2) of a stored vector to the query."""
+    diff = np.asarray(stored, dtype=np.float32) - vector
+    return float(diff @ diff)
 
 
 def search_attempt(
@@ -178,12 +143,12 @@ def search_attempt(
         merged.sort(key=lambda t: -t[1])  # larger fused score first
     merged = merged[: spec.limit]
     label = "dense" if spec.mode == "dense" else "hybrid"
-    hits = [_entity_hit(raw, rank, score, label) for rank, (raw, score, _) in enumerate(merged, start=1)]
-    for target in targets:
-        ids = [h.evidence_key for h in hits if h.kb_scope == target.kb_scope]
-        distances = dense_distances(client, target, ids, vectors[target.model_id])
-        for h in hits:
-            if h.kb_scope == target.kb_scope:
-                h.quality_signal = target.quality_signal
-                h.dense_distance = distances.get(h.evidence_key, h.dense_distance)
+    hits = []
+    for rank, (raw, score, target) in enumerate(merged, start=1):
+        hit = _entity_hit(raw, rank, score, label)
+        # every candidate carries its stored vector (requested as an output field), so its
+        # distance is exact whichever leg found it, at no extra round trip
+        hit.dense_distance = squared_l2(raw.get("entity", raw)["dense"], vectors[target.model_id])
+        hit.quality_signal = target.quality_signal
+        hits.append(hit)
     return hits

@@ -153,3 +153,22 @@ def test_bad_input(seeded, tmp_path):
     assert long.query_truncated and len(long.query) == 500 and project_for_agent(long).truncated
     with pytest.raises(IndexMissing, match="kbflow reindex"):
         lookup_knowledge("kafka", settings=Settings(home=tmp_path / "empty"))
+
+
+def test_filtered_attempt_with_no_candidates_says_no_evidence(seeded, monkeypatch):
+    """Orchestration rule on the real stores, with the filtered search forced empty."""
+    import retrieval.pipeline as pipeline
+
+    real = pipeline.search_attempt
+    calls = []
+
+    def empty_when_filtered(client, targets, query, vectors, spec, category):
+        calls.append(category)
+        return [] if category else real(client, targets, query, vectors, spec, category)
+
+    monkeypatch.setattr(pipeline, "search_attempt", empty_when_filtered)
+    r = lookup_knowledge("kafka consumer group lag growing", kb_scope="rag-eval", settings=seeded)
+    assert calls == ["Message Queue", None]  # exactly one retry, without the filter
+    assert r.retrieval_trace.fallback_reason == "filtered_vector_no_evidence"
+    assert r.retrieval_trace.attempts[0].candidate_count == 0
+    assert r.found and docs(r)[0] == "kafka-consumer-lag"

@@ -1,0 +1,149 @@
+"""Lookup benchmark: what does the pipeline cost on top of the raw search it wraps?
+
+Builds an index of >= 5,000 chunks (generated runbooks, short sections so building stays
+quick), then, interleaved per query in one process:
+  (A) lookup_knowledge(query, mode="hybrid") — L0, embed, search, dense distances, quality,
+      post-process, fallback when triggered, pack, audit row in SQL;
+  (B) the query embedding plus one raw MilvusClient.hybrid_search on the same collection.
+Prints p50/p95 of both, the p50 ratio A/B (target <= 1.5) and memory.
+
+    python bench/lookup.py [--docs 1300] [--queries 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pymilvus import AnnSearchRequest, RRFRanker  # noqa: E402
+
+from bench.ingest import VOCAB  # noqa: E402
+from ingest.reindex import reindex  # noqa: E402
+from kbcore import milvus_store as ms  # noqa: E402
+from kbcore.settings import Settings  # noqa: E402
+from kbcore.stores import close_all, open_stores  # noqa: E402
+from kbcore.validation import eq  # noqa: E402
+from retrieval.lookup import get_retriever  # noqa: E402
+from retrieval.search import OUTPUT_FIELDS  # noqa: E402
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def make_corpus(root: Path, docs: int, rng: random.Random) -> None:
+    cats = ["Database", "Cache", "Message Queue", "Gateway", "Kubernetes"]
+    for i in range(docs):
+        sections = [
+            f"## Section {j}\n\n" + " ".join(rng.choice(VOCAB) for _ in range(35)) + ".\n" for j in range(4)
+        ]
+        kw = ", ".join(rng.sample(VOCAB, 3))
+        fm = (
+            f"---\nsource: lk-{i:05d}\nkb_scope: bench\nbreadcrumb: {cats[i % 5]} > Area {i % 9}\n"
+            f"keywords: [{kw}]\n---\n"
+        )
+        (root / f"d{i:05d}.md").write_text(fm + f"# Runbook {i}\n\n" + "\n".join(sections), encoding="utf-8")
+
+
+def pct(values: list[float], p: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=1300)
+    ap.add_argument("--queries", type=int, default=200)
+    args = ap.parse_args()
+    rng = random.Random(11)
+    work = Path(tempfile.mkdtemp(prefix="kbflow-lookup-bench-"))
+    root = work / "corpus"
+    root.mkdir()
+    make_corpus(root, args.docs, rng)
+    settings = Settings(home=work / "home")
+    stores = open_stores(settings)
+    t = time.perf_counter()
+    summary = reindex([root], stores=stores)
+    assert summary.ok
+    print(
+        f"index: {summary.added} documents, {summary.chunks_written} chunks, built in "
+        f"{time.perf_counter() - t:.0f} s"
+    )
+
+    retriever = get_retriever(settings)
+    target = retriever.targets("bench")[0]
+    embedder = stores.embedder
+    client = stores.milvus
+    expr = eq("kb_scope", "bench")
+
+    def raw(query: str) -> None:
+        vec = embedder.encode([query])[0].tolist()
+        reqs = [
+            AnnSearchRequest(
+                data=[vec],
+                anns_field="dense",
+                limit=settings.retrieve_k,
+                expr=expr,
+                param={"metric_type": "L2", "params": {"ef": max(64, settings.retrieve_k * 2)}},
+            ),
+            AnnSearchRequest(
+                data=[query],
+                anns_field="sparse",
+                limit=settings.retrieve_k,
+                expr=expr,
+                param={"metric_type": "BM25"},
+            ),
+        ]
+        client.hybrid_search(
+            target.alias,
+            reqs,
+            RRFRanker(settings.rrf_k),
+            limit=settings.retrieve_k,
+            output_fields=OUTPUT_FIELDS,
+        )
+
+    queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
+    for q in queries[:10]:  # warm-up
+        retriever.lookup(q, kb_scope="bench")
+        raw(q)
+    a_ms, b_ms, fallbacks = [], [], 0
+    for q in queries:
+        t = time.perf_counter()
+        result = retriever.lookup(q, kb_scope="bench", mode="hybrid")
+        a_ms.append((time.perf_counter() - t) * 1000)
+        fallbacks += result.retrieval_trace.fallback_reason is not None
+        t = time.perf_counter()
+        raw(q)
+        b_ms.append((time.perf_counter() - t) * 1000)
+    a50, b50 = statistics.median(a_ms), statistics.median(b_ms)
+    print(
+        f"chunks in collection: {ms.count_rows(client, target.alias, 'bench')}, queries: {len(queries)} "
+        f"({fallbacks} took the fallback retry)"
+    )
+    print(f"(A) lookup_knowledge hybrid       p50 {a50:7.1f} ms   p95 {pct(a_ms, 95):7.1f} ms")
+    print(f"(B) embed + raw hybrid_search     p50 {b50:7.1f} ms   p95 {pct(b_ms, 95):7.1f} ms")
+    print(f"p50 ratio A/B = {a50 / b50:.2f}  (target <= 1.5)")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"memory: RSS {rss_mib():.0f} MiB after the lookups (index, model and stores in process), "
+        f"peak {peak:.0f} MiB (during the index build)"
+    )
+    close_all()
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if a50 / b50 <= 1.5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
