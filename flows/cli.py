@@ -28,6 +28,9 @@ examples:
   kbflow lookup "kafka consumer lag" --scope rag-eval        readable table
   kbflow lookup "..." --agent --json       the agent's RagToolResult as JSON
   kbflow lookup --queries q.jsonl          batch, one JSON line per query
+  kbflow eval --offline                    judge the frozen fixtures (no stores, no model)
+  kbflow eval --live --compare-to eval/rag-retrieval/reports/baseline.json
+  kbflow serve-flows                       eval + eval-corpus-refresh on cron schedules
 """
 
 
@@ -84,6 +87,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", action="store_true", help="project to the agent contract (RagToolResult)")
     p.add_argument("--queries", metavar="FILE.jsonl", help="batch: one JSON object per line")
     _common(p)
+
+    p = sub.add_parser(
+        "eval",
+        help="run the golden retrieval cases and gate on the baseline",
+        description="Evaluate eval/rag-retrieval/cases/golden-cases.json. --offline judges the frozen "
+        "fixtures (no Milvus, SQL or model); --live (default) reseeds the cases' scopes from seed-docs/ and "
+        "runs the real lookup; --snapshot does the same and rewrites the fixtures. Exit code 1 on a failed "
+        "case or a regression against --compare-to; 2 on a malformed cases file, fixture or baseline.",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--offline", dest="source", action="store_const", const="offline")
+    src.add_argument("--live", dest="source", action="store_const", const="live")
+    src.add_argument(
+        "--snapshot",
+        dest="source",
+        action="store_const",
+        const="snapshot",
+        help="rewrite fixtures/<caseId>.json from live results",
+    )
+    p.add_argument("--mode", choices=["hybrid", "dense", "both"], default="both")
+    p.add_argument("--scope", help="only the cases of this scope; with --beir, the scope to ingest into")
+    p.add_argument("--cases", help="cases file (default eval/rag-retrieval/cases/golden-cases.json)")
+    p.add_argument("--fixtures", help="fixtures directory (default eval/rag-retrieval/fixtures)")
+    p.add_argument("--json-report", metavar="F")
+    p.add_argument("--markdown-report", metavar="F", help="also writes a chart F.png beside it")
+    p.add_argument("--compare-to", metavar="BASELINE.json")
+    p.add_argument("--diff-json-report", metavar="F")
+    p.add_argument("--diff-markdown-report", metavar="F")
+    p.add_argument(
+        "--beir", metavar="DIR", help="evaluate a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/test.tsv)"
+    )
+    _common(p)
+
+    p = sub.add_parser(
+        "serve-flows",
+        help="serve the eval and eval-corpus-refresh flows on cron schedules",
+        description="Registers two deployments with the Prefect API (PREFECT_API_URL, e.g. a "
+        "`prefect server start`) and runs them on schedule until stopped.",
+    )
+    p.add_argument("--eval-cron", default="0 6 * * *", help="cron for the eval flow (default 06:00 daily)")
+    p.add_argument("--refresh-cron", default="0 5 * * *", help="cron for eval-corpus-refresh (05:00 daily)")
+    p.add_argument("--dry-run", action="store_true", help="print the deployments as JSON and exit")
+    _common(p)
     return parser
 
 
@@ -112,6 +158,8 @@ def _err(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from evaluation.cases import CaseFileError
+    from evaluation.report import BaselineError
     from ingest.sources import RootError
     from kbcore.milvus_store import StoreUnavailable
     from kbcore.validation import InvalidValue
@@ -123,11 +171,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _reindex(args, settings)
         if args.command == "lookup":
             return _lookup(args, settings)
+        if args.command == "eval":
+            return _eval(args, settings)
+        if args.command == "serve-flows":
+            return _serve_flows(args, settings)
         return _status(args, settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         return _err(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
-    except (RootError, InvalidValue, StoreUnavailable, LookupError_, IndexMissing) as exc:
+    except (
+        RootError,
+        InvalidValue,
+        StoreUnavailable,
+        LookupError_,
+        IndexMissing,
+        CaseFileError,
+        BaselineError,
+    ) as exc:
         return _err(str(exc))
 
 
@@ -292,6 +352,83 @@ def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
             ", ".join(e["hitReasons"]),
         )
     console.print(table)
+
+
+def _eval(args: argparse.Namespace, settings: Any) -> int:
+    from pathlib import Path
+
+    from evaluation.report import diff_markdown, report_markdown, write_chart
+    from evaluation.runner import EVAL_ROOT, run_eval
+
+    modes = ["hybrid", "dense"] if args.mode == "both" else [args.mode]
+    if args.beir:
+        from evaluation.beir import run_beir
+
+        if not args.scope:
+            return _err("--beir needs --scope S (the scope the dataset is ingested into)")
+        report = run_beir(Path(args.beir), args.scope, settings, modes)
+        if args.json_report:
+            Path(args.json_report).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    outcome = run_eval(
+        source=args.source or "live",
+        modes=modes,
+        settings=settings,
+        cases_path=Path(args.cases) if args.cases else EVAL_ROOT / "cases" / "golden-cases.json",
+        fixtures_dir=Path(args.fixtures) if args.fixtures else EVAL_ROOT / "fixtures",
+        compare_to=Path(args.compare_to) if args.compare_to else None,
+        scope=args.scope,
+    )
+    report = outcome.report
+    if args.json_report:
+        Path(args.json_report).write_text(
+            json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
+    chart = None
+    if args.markdown_report:
+        md = Path(args.markdown_report)
+        chart = md.with_suffix(".png")
+        write_chart(report, chart)
+        md.write_text(report_markdown(report, chart.name), encoding="utf-8")
+    if outcome.diff is not None:
+        if args.diff_json_report:
+            Path(args.diff_json_report).write_text(
+                json.dumps(outcome.diff, indent=1) + "\n", encoding="utf-8"
+            )
+        if args.diff_markdown_report:
+            Path(args.diff_markdown_report).write_text(diff_markdown(outcome.diff), encoding="utf-8")
+    if args.json:
+        print(json.dumps({"report": report, "diff": outcome.diff}, ensure_ascii=False))
+    else:
+        for mode, m in report["modes"].items():
+            met = m["metrics"]
+            print(
+                f"{mode:7s} pass {met['pass_rate']:.3f}  recall@k {met['recall@k']:.3f}  "
+                f"hit@k {met['hit@k']:.3f}  mrr {met['mrr']:.3f}  ndcg@k {met['ndcg@k']:.3f}  "
+                f"strong {met['strong_hit_rate']:.3f}  misses {met['miss_count']}"
+            )
+        for name in outcome.failed:
+            print(f"FAILED {name}")
+        if outcome.diff is not None:
+            for r in outcome.diff["regressions"]:
+                print(f"REGRESSION {r}")
+            for r in outcome.diff["improvements"]:
+                print(f"improved {r}")
+        for path in outcome.fixtures[:1]:
+            print(f"wrote {len(outcome.fixtures)} fixtures to {path.parent}")
+    return 0 if outcome.ok else 1
+
+
+def _serve_flows(args: argparse.Namespace, settings: Any) -> int:
+    from flows.eval import deployments_summary, serve_flows
+
+    home = str(settings.home.resolve())
+    if args.dry_run:
+        print(json.dumps(deployments_summary(home, args.eval_cron, args.refresh_cron), indent=1))
+        return 0
+    serve_flows(home, args.eval_cron, args.refresh_cron)
+    return 0
 
 
 def _status(args: argparse.Namespace, settings: Any) -> int:

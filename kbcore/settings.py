@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     max_l2: float = Field(2.0, gt=0)
     precise_threshold: float = Field(0.75, ge=0, le=1)
     reference_threshold: float = Field(0.5, ge=0, le=1)
+    fallback_enabled: bool = Field(True, description="Retry a weak filtered attempt once without the filter.")
     lexical_quality_analyzers: list[Analyzer] = Field(
         default_factory=lambda: ["jieba"],
         description="Scopes with these analyzers, indexed with the default English model, take "

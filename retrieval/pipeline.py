@@ -178,7 +178,7 @@ class Retriever:
         selected, first_trace = attempt(first_name, nav.category_filter)
         attempts = [first_trace]
         selected_name, fallback_reason = first_name, None
-        if nav.category_filter and selected.low_quality:
+        if nav.category_filter and selected.low_quality and s.fallback_enabled:
             fallback_reason = (
                 "filtered_vector_no_evidence" if not selected.ranked else "filtered_vector_low_quality"
             )

@@ -1,0 +1,107 @@
+"""Judge one LookupResult against its golden case: pass/fail with reasons a person can act on."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from evaluation.cases import GoldenCase
+from retrieval.contracts import LookupResult, RagToolResult
+
+
+@dataclass
+class CaseOutcome:
+    case_id: str
+    passed: bool
+    failures: list[str] = field(default_factory=list)
+    ranked_doc_ids: list[str] = field(default_factory=list)  # evidence documents, first occurrence order
+    hit_level: str | None = None
+    first_expected_rank: int | None = None
+    selected_attempt: str = ""
+    fallback_reason: str | None = None
+    fallback_triggered: bool = False
+    evidence_status: str = ""
+    strong_hit: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ranked_docs(result: LookupResult) -> list[str]:
+    return list(dict.fromkeys(e.doc_id for e in result.evidence))
+
+
+def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseOutcome:
+    trace = result.retrieval_trace
+    docs = ranked_docs(result)
+    top_k = docs[: case.k]
+    top_evidence = [e for e in result.evidence if e.doc_id in top_k]
+    fails: list[str] = []
+
+    missing = [d for d in case.expected_doc_ids if d not in top_k]
+    if missing:
+        fails.append(f"expected {missing} within top {case.k}, got {top_k}")
+    forbidden = [d for d in case.forbidden_doc_ids if d in docs]
+    if forbidden:
+        fails.append(f"forbidden documents returned: {forbidden}")
+    foreign = sorted({e.kb_scope for e in result.evidence if e.kb_scope != case.kb_scope})
+    if foreign:
+        fails.append(f"evidence from other scopes: {foreign}")
+    crumbs = {e.breadcrumb for e in top_evidence}
+    for crumb in case.expected_breadcrumbs:
+        if crumb not in crumbs:
+            fails.append(f"breadcrumb {crumb!r} not in top {case.k} evidence")
+    text = " ".join(e.excerpt for e in top_evidence).lower()
+    for kw in case.expected_keywords:
+        if kw.lower() not in text:
+            fails.append(f"keyword {kw!r} not in top {case.k} evidence")
+    if case.expected_selected_attempt and trace.selected_attempt != case.expected_selected_attempt:
+        fails.append(f"selected attempt {trace.selected_attempt}, expected {case.expected_selected_attempt}")
+    if (
+        case.allowed_fallback_reasons is not None
+        and trace.fallback_reason not in case.allowed_fallback_reasons
+    ):
+        fails.append(f"fallback reason {trace.fallback_reason!r} not in {case.allowed_fallback_reasons}")
+    if agent.evidence_status != case.expected_evidence_status:
+        fails.append(f"evidence status {agent.evidence_status}, expected {case.expected_evidence_status}")
+    absent = [s for s in case.expected_context_sources if s not in result.context.included_sources]
+    if absent:
+        fails.append(f"context pack lacks {absent} (has {result.context.included_sources})")
+    if case.expected_rerank_top_source is not None:
+        top = result.evidence[0].source if result.evidence else None
+        if top != case.expected_rerank_top_source:
+            fails.append(f"rerank top source {top!r}, expected {case.expected_rerank_top_source!r}")
+    if case.max_evidence_per_document is not None:
+        over = {
+            d: n
+            for d, n in Counter(e.doc_id for e in result.evidence).items()
+            if n > case.max_evidence_per_document
+        }
+        if over:
+            fails.append(f"more than {case.max_evidence_per_document} evidence per document: {over}")
+    if case.context_char_budget is not None and result.context.used_chars > case.context_char_budget:
+        fails.append(f"context used {result.context.used_chars} chars over budget {case.context_char_budget}")
+    if case.expect_context_truncated is not None:
+        cut = (
+            result.context.packed_text.endswith("...")
+            or "...\n\n[" in result.context.packed_text
+            or bool(result.context.omitted_sources)
+        )
+        if cut != case.expect_context_truncated:
+            fails.append(f"context truncated={cut}, expected {case.expect_context_truncated}")
+
+    first = next((i for i, d in enumerate(docs, start=1) if d in case.expected_doc_ids), None)
+    return CaseOutcome(
+        case_id=case.id,
+        passed=not fails,
+        failures=fails,
+        ranked_doc_ids=docs,
+        hit_level=result.relevance_level,
+        first_expected_rank=first,
+        selected_attempt=trace.selected_attempt,
+        fallback_reason=trace.fallback_reason,
+        fallback_triggered=len(trace.attempts) > 1,
+        evidence_status=agent.evidence_status,
+        strong_hit=first is not None and first <= case.k and result.relevance_level == "PRECISE",
+    )

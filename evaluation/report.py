@@ -1,0 +1,215 @@
+"""Eval reports (JSON + Markdown + a chart) and the baseline diff that gates changes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evaluation.cases import GoldenCase
+from evaluation.judge import CaseOutcome
+from evaluation.metrics import aggregate, fallback_precision_recall
+
+REPORT_SCHEMA = "kbflow.eval-report/1"
+DIFF_SCHEMA = "kbflow.eval-diff/1"
+METRIC_KEYS = (
+    "pass_rate",
+    "recall@k",
+    "hit@k",
+    "mrr",
+    "ndcg@k",
+    "strong_hit_rate",
+    "miss_count",
+    "failed_count",
+    "fallback_precision",
+    "fallback_recall",
+)
+LOWER_IS_BETTER = {"miss_count", "failed_count"}
+# metric moves smaller than this are noise (one of 16 cases moves recall by 0.0625)
+TOLERANCE = 0.01
+
+
+class BaselineError(ValueError):
+    """The baseline cannot be compared (missing, malformed, older schema)."""
+
+
+def mode_metrics(pairs: Sequence[tuple[GoldenCase, CaseOutcome]]) -> dict[str, Any]:
+    positive = [(c, o) for c, o in pairs if c.expected_doc_ids]
+    qrels = {c.id: c.graded for c, _ in positive}
+    ranked = {c.id: o.ranked_doc_ids for c, o in positive}
+    ir = aggregate(qrels, ranked, {c.id: c.k for c, _ in positive})
+    labels = {c.id: c.expect_fallback for c, _ in pairs if c.expect_fallback is not None}
+    fb = fallback_precision_recall(labels, {c.id: o.fallback_triggered for c, o in pairs})
+    misses = sum(1 for c, o in positive if o.first_expected_rank is None or o.first_expected_rank > c.k)
+    return {
+        "cases": len(pairs),
+        "pass_rate": round(sum(o.passed for _, o in pairs) / len(pairs), 4) if pairs else 0.0,
+        **ir,
+        "strong_hit_rate": round(sum(o.strong_hit for _, o in positive) / len(positive), 4)
+        if positive
+        else 0.0,
+        "miss_count": misses,
+        "failed_count": sum(not o.passed for _, o in pairs),
+        **fb,
+    }
+
+
+def build_report(source: str, per_mode: dict[str, list[tuple[GoldenCase, CaseOutcome]]]) -> dict[str, Any]:
+    return {
+        "schema": REPORT_SCHEMA,
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": source,
+        "modes": {
+            mode: {"metrics": mode_metrics(pairs), "cases": [o.to_dict() for _, o in pairs]}
+            for mode, pairs in per_mode.items()
+        },
+    }
+
+
+def failed_cases(report: dict[str, Any]) -> list[str]:
+    return [
+        f"{mode}:{c['case_id']}" for mode, m in report["modes"].items() for c in m["cases"] if not c["passed"]
+    ]
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def report_markdown(report: dict[str, Any], chart_name: str | None = None) -> str:
+    modes = list(report["modes"])
+    lines = [f"# Retrieval eval ({report['source']})", "", f"Generated {report['generated_at']}.", ""]
+    lines += ["| metric | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+    for key in ("cases", *METRIC_KEYS):
+        lines.append(
+            f"| {key} | " + " | ".join(_fmt(report["modes"][m]["metrics"].get(key)) for m in modes) + " |"
+        )
+    if chart_name:
+        lines += ["", f"![metrics per mode]({chart_name})"]
+    for mode in modes:
+        lines += [
+            "",
+            f"## {mode}",
+            "",
+            "| case | pass | level | first expected rank | attempt | fallback | status |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in report["modes"][mode]["cases"]:
+            lines.append(
+                f"| {c['case_id']} | {'✅' if c['passed'] else '❌'} | {c['hit_level'] or '–'} | "
+                f"{c['first_expected_rank'] or '–'} | {c['selected_attempt']} | "
+                f"{c['fallback_reason'] or '–'} | {c['evidence_status']} |"
+            )
+        failing = [c for c in report["modes"][mode]["cases"] if not c["passed"]]
+        if failing:
+            lines += ["", "Failures:", ""]
+            lines += [f"- `{c['case_id']}`: " + "; ".join(c["failures"]) for c in failing]
+    return "\n".join(lines) + "\n"
+
+
+def write_chart(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ["pass_rate", "recall@k", "hit@k", "mrr", "ndcg@k", "strong_hit_rate"]
+    modes = list(report["modes"])
+    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+    width = 0.8 / max(len(modes), 1)
+    for i, mode in enumerate(modes):
+        values = [report["modes"][mode]["metrics"].get(k) or 0.0 for k in keys]
+        ax.bar([x + i * width for x in range(len(keys))], values, width, label=mode)
+    ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(keys))], keys, fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("kbflow retrieval eval")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --- baseline diff ----------------------------------------------------------------------------
+
+
+def check_report(report: Any, where: str) -> dict[str, Any]:
+    if not isinstance(report, dict) or "schema" not in report:
+        raise BaselineError(f"{where}: not a kbflow eval report (no schema field)")
+    if report["schema"] != REPORT_SCHEMA:
+        raise BaselineError(
+            f"{where}: report schema {report['schema']!r} is not {REPORT_SCHEMA!r}; regenerate the baseline "
+            "with this version (kbflow eval --live --json-report …) rather than compare across schemas"
+        )
+    if not isinstance(report.get("modes"), dict):
+        raise BaselineError(f"{where}: report has no modes")
+    return report
+
+
+def diff_reports(current: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """Separate regressions (fail the gate) from intended improvements and neutral changes."""
+    regressions: list[str] = []
+    improvements: list[str] = []
+    notes: list[str] = []
+    for mode in sorted(set(baseline["modes"]) | set(current["modes"])):
+        if mode not in current["modes"]:
+            regressions.append(f"{mode}: mode missing from the current run")
+            continue
+        if mode not in baseline["modes"]:
+            notes.append(f"{mode}: new mode, no baseline")
+            continue
+        cur = {c["case_id"]: c for c in current["modes"][mode]["cases"]}
+        base = {c["case_id"]: c for c in baseline["modes"][mode]["cases"]}
+        for cid in sorted(set(cur) | set(base)):
+            if cid not in cur:
+                regressions.append(f"{mode}:{cid}: case removed (update the baseline if intended)")
+            elif cid not in base:
+                notes.append(f"{mode}:{cid}: new case ({'pass' if cur[cid]['passed'] else 'FAIL'})")
+            elif base[cid]["passed"] and not cur[cid]["passed"]:
+                regressions.append(
+                    f"{mode}:{cid}: passed before, fails now: " + "; ".join(cur[cid]["failures"])
+                )
+            elif not base[cid]["passed"] and cur[cid]["passed"]:
+                improvements.append(f"{mode}:{cid}: failed before, passes now")
+            elif cur[cid]["selected_attempt"] != base[cid]["selected_attempt"]:
+                notes.append(
+                    f"{mode}:{cid}: selected attempt {base[cid]['selected_attempt']} -> "
+                    f"{cur[cid]['selected_attempt']}"
+                )
+        cm, bm = current["modes"][mode]["metrics"], baseline["modes"][mode]["metrics"]
+        for key in METRIC_KEYS:
+            a, b = cm.get(key), bm.get(key)
+            if a is None or b is None or abs(a - b) <= TOLERANCE:
+                continue
+            worse = a > b if key in LOWER_IS_BETTER else a < b
+            (regressions if worse else improvements).append(f"{mode}: {key} {_fmt(b)} -> {_fmt(a)}")
+    return {
+        "schema": DIFF_SCHEMA,
+        "baseline_generated_at": baseline.get("generated_at"),
+        "current_generated_at": current.get("generated_at"),
+        "regressions": regressions,
+        "improvements": improvements,
+        "notes": notes,
+        "ok": not regressions,
+    }
+
+
+def diff_markdown(diff: dict[str, Any]) -> str:
+    verdict = "no regression" if diff["ok"] else f"{len(diff['regressions'])} regression(s)"
+    lines = [
+        f"# Eval diff against baseline: {verdict}",
+        "",
+        f"Baseline {diff['baseline_generated_at']}, current {diff['current_generated_at']}.",
+        "",
+    ]
+    for title, key in (
+        ("Regressions", "regressions"),
+        ("Improvements", "improvements"),
+        ("Other changes", "notes"),
+    ):
+        lines += [f"## {title}", ""]
+        lines += [f"- {x}" for x in diff[key]] or ["- none"]
+        lines.append("")
+    return "\n".join(lines)
