@@ -45,3 +45,28 @@ def test_flow_ends_failed_when_a_document_fails(tmp_path, harness):
     assert state.is_failed()
     data = state.result(raise_on_failure=False)
     assert data["added"] == 1 and data["failed"][0]["path"].endswith("bad.md")
+
+
+def test_eval_flows_and_their_deployments(tmp_path, harness):
+    import asyncio
+
+    from flows.eval import deployments_summary, eval_corpus_refresh_flow, eval_flow
+
+    home = str(tmp_path / "home")
+    refresh = eval_corpus_refresh_flow(home=home, return_state=True)
+    assert refresh.is_completed()
+    scopes = refresh.result()
+    assert scopes["rag-eval"]["added"] >= 12 and scopes["rag-eval-zh"]["added"] >= 2
+    state = eval_flow(home=home, return_state=True)
+    data = state.result(raise_on_failure=False)
+    assert state.is_completed(), data["diff"]["regressions"]
+    assert data["diff"]["ok"] and data["report"]["modes"]["dense"]["metrics"]["pass_rate"] == 1.0
+    assert any("| chat-l0-filter-fallback | ✅" in a.data for a in asyncio.run(_artifact("eval-report")))
+    hybrid_only = eval_flow(home=home, modes=["hybrid"], return_state=True)
+    # the baseline has both modes: dropping one is a regression, and the run ends Failed
+    assert hybrid_only.is_failed()
+    assert any(
+        "dense: mode missing" in r for r in hybrid_only.result(raise_on_failure=False)["diff"]["regressions"]
+    )
+    crons = {d["deployment"]: d["cron"] for d in deployments_summary(home)}
+    assert crons == {"kbflow-eval-corpus-refresh": "0 5 * * *", "kbflow-eval": "0 6 * * *"}

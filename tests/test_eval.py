@@ -1,0 +1,210 @@
+"""The eval closure: it passes on today's pipeline, it can fail, it says why, its numbers are
+standard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import pytrec_eval
+
+from evaluation.beir import run_beir, safe_id
+from evaluation.cases import CaseFileError, load_cases
+from evaluation.metrics import aggregate, fallback_precision_recall, per_query
+from evaluation.report import BaselineError, check_report, diff_reports
+from evaluation.runner import EVAL_ROOT, run_eval
+from flows.cli import main
+from kbcore.settings import Settings
+
+BASELINE = EVAL_ROOT / "reports" / "baseline.json"
+CASES = EVAL_ROOT / "cases" / "golden-cases.json"
+
+
+# --- cases file ---------------------------------------------------------------------------------
+
+
+def test_golden_cases_cover_the_behaviours():
+    cases = load_cases(CASES)
+    ids = {c.id for c in cases}
+    assert len(cases) >= 15 and "chat-l0-filter-fallback" in ids
+    assert any(c.expected_evidence_status == "NO_EVIDENCE" and not c.expected_doc_ids for c in cases)
+    assert any(c.kb_scope == "rag-eval-zh" for c in cases)
+    assert any(c.expected_selected_attempt == "UNFILTERED_VECTOR" for c in cases)
+    assert any(c.max_evidence_per_document for c in cases) and any(c.context_char_budget for c in cases)
+
+
+def test_malformed_cases_name_the_case_and_field(tmp_path):
+    bad = tmp_path / "cases.json"
+    raw = json.loads(CASES.read_text())
+    raw["cases"][2]["expectedEvidenceStatus"] = "MAYBE"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(
+        CaseFileError, match=r"case 'postgres-multichunk-capped': field 'expectedEvidenceStatus'"
+    ):
+        load_cases(bad)
+    raw["cases"][2]["expectedEvidenceStatus"] = "FOUND"
+    raw["cases"][3]["kbScope"] = 'x" or 1'
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(CaseFileError, match="case 'redis-eviction': field 'kbScope'"):
+        load_cases(bad)
+    bad.write_text('{"cases": []}')
+    with pytest.raises(CaseFileError, match="schema"):
+        load_cases(bad)
+
+
+def test_malformed_fixture_names_case_and_field(tmp_path):
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    for f in (EVAL_ROOT / "fixtures").glob("*.json"):
+        fixtures.joinpath(f.name).write_text(f.read_text())
+    doc = json.loads((fixtures / "nginx-502.json").read_text())
+    del doc["results"]["hybrid"]["retrievalTrace"]
+    (fixtures / "nginx-502.json").write_text(json.dumps(doc))
+    with pytest.raises(CaseFileError, match=r"case 'nginx-502'.*field 'results.hybrid.retrievalTrace'"):
+        run_eval(source="offline", modes=["hybrid"], settings=Settings(), fixtures_dir=fixtures)
+
+
+# --- metrics against trec_eval ------------------------------------------------------------------
+
+
+def test_metrics_match_trec_eval_on_hand_made_runs():
+    qrels = {"q1": {"a": 1, "b": 1}, "q2": {"c": 1}, "q3": {"d": 1}}
+    ranked = {"q1": ["x", "a", "b"], "q2": ["c"], "q3": []}  # q3 found nothing
+    ours = per_query(qrels, ranked, 3)
+    assert ours["q1"]["mrr"] == pytest.approx(0.5) and ours["q1"]["recall@k"] == 1.0
+    assert ours["q2"] == {"recall@k": 1.0, "hit@k": 1.0, "mrr": 1.0, "ndcg@k": 1.0}
+    assert ours["q3"] == {"recall@k": 0.0, "hit@k": 0.0, "mrr": 0.0, "ndcg@k": 0.0}
+    # nDCG@3 of q1 by hand: DCG = 1/log2(3) + 1/log2(4); IDCG = 1 + 1/log2(3)
+    import math
+
+    assert ours["q1"]["ndcg@k"] == pytest.approx((1 / math.log2(3) + 0.5) / (1 + 1 / math.log2(3)))
+    direct = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.3"}).evaluate(
+        {"q1": {"x": 3.0, "a": 2.0, "b": 1.0}, "q2": {"c": 1.0}}
+    )
+    assert ours["q1"]["ndcg@k"] == pytest.approx(direct["q1"]["ndcg_cut_3"])
+    agg = aggregate(qrels, ranked, {"q1": 3, "q2": 3, "q3": 3})
+    assert agg["mrr"] == pytest.approx(round((0.5 + 1 + 0) / 3, 4))
+    assert fallback_precision_recall(
+        {"a": True, "b": False, "c": True}, {"a": True, "b": True, "c": False}
+    ) == {"fallback_precision": 0.5, "fallback_recall": 0.5, "fallback_labelled_cases": 3}
+
+
+# --- offline, live, gate --------------------------------------------------------------------------
+
+
+def test_offline_eval_passes_without_stores(tmp_path, monkeypatch):
+    import kbcore.stores
+
+    def no_stores(*_a, **_k):
+        raise AssertionError("offline mode must not open Milvus or SQL")
+
+    monkeypatch.setattr(kbcore.stores, "open_stores", no_stores)
+    outcome = run_eval(
+        source="offline", modes=["hybrid", "dense"], settings=Settings(home=tmp_path), compare_to=BASELINE
+    )
+    assert outcome.ok, (outcome.failed, outcome.diff["regressions"])
+    assert set(outcome.report["modes"]) == {"hybrid", "dense"}
+
+
+def test_live_eval_matches_baseline_and_degraded_pipeline_fails_the_gate(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    report, diff_md = tmp_path / "report.json", tmp_path / "diff.md"
+    code = main(
+        [
+            "eval",
+            "--live",
+            "--home",
+            str(home),
+            "--json-report",
+            str(report),
+            "--markdown-report",
+            str(tmp_path / "report.md"),
+            "--compare-to",
+            str(BASELINE),
+            "--diff-markdown-report",
+            str(diff_md),
+        ]
+    )
+    assert code == 0, diff_md.read_text()
+    assert (tmp_path / "report.png").stat().st_size > 1000  # the chart beside the markdown
+    live = json.loads(report.read_text())
+    assert live["modes"]["hybrid"]["metrics"]["pass_rate"] == 1.0
+    fb = next(c for c in live["modes"]["hybrid"]["cases"] if c["case_id"] == "chat-l0-filter-fallback")
+    assert fb["selected_attempt"] == "UNFILTERED_VECTOR_RETRY"
+
+    # a deliberately degraded pipeline: the fallback retry switched off by its setting
+    monkeypatch.setenv("KBFLOW_FALLBACK_ENABLED", "false")
+    code = main(
+        [
+            "eval",
+            "--live",
+            "--home",
+            str(home),
+            "--compare-to",
+            str(BASELINE),
+            "--diff-json-report",
+            str(tmp_path / "diff.json"),
+        ]
+    )
+    assert code == 1
+    diff = json.loads((tmp_path / "diff.json").read_text())
+    assert not diff["ok"]
+    assert any("chat-l0-filter-fallback: passed before, fails now" in r for r in diff["regressions"])
+    assert "REGRESSION hybrid:chat-l0-filter-fallback" in capsys.readouterr().out
+
+
+def test_diff_separates_regressions_from_improvements():
+    base = json.loads(BASELINE.read_text())
+    cur = json.loads(BASELINE.read_text())
+    case = cur["modes"]["hybrid"]["cases"][0]
+    case["passed"], case["failures"] = False, ["expected x"]
+    cur["modes"]["hybrid"]["metrics"]["mrr"] = 0.5
+    cur["modes"]["dense"]["metrics"]["miss_count"] = 0
+    back = json.loads(BASELINE.read_text())
+    back["modes"]["dense"]["cases"][1]["passed"] = False  # baseline had a failure that is now fixed
+    d = diff_reports(cur, back)
+    assert any(case["case_id"] in r and "fails now" in r for r in d["regressions"])
+    assert any("mrr" in r for r in d["regressions"])
+    assert any("passes now" in i for i in d["improvements"])
+    assert diff_reports(base, base)["ok"]
+
+
+def test_old_baseline_schema_is_refused(tmp_path):
+    old = json.loads(BASELINE.read_text())
+    old["schema"] = "kbflow.eval-report/0"
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    with pytest.raises(BaselineError, match="regenerate the baseline"):
+        check_report(json.loads(path.read_text()), str(path))
+    assert main(["eval", "--offline", "--compare-to", str(path)]) == 2
+
+
+# --- BEIR -----------------------------------------------------------------------------------------
+
+
+def test_beir_import_reports_metrics(tmp_path):
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    docs = [
+        (
+            "d1",
+            "Connection pool exhausted",
+            "HikariCP pool exhausted: requests time out waiting for a connection.",
+        ),
+        ("d/2", "Kafka consumer lag", "Consumer group lag grows when consumers process records too slowly."),
+        ("d3", "TLS certificate expired", "Clients fail with x509 certificate has expired errors."),
+    ]
+    (data / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs)
+    )
+    (data / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "kafka consumer group lag growing"})
+        + "\n"
+        + json.dumps({"_id": "q2", "text": "x509 certificate has expired"})
+        + "\n"
+    )
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td/2\t1\nq2\td3\t1\n")
+    report = run_beir(data, "beir-tiny", Settings(home=tmp_path / "home"), ["hybrid"])
+    assert report["documents"] == 3 and report["queries"] == 2
+    assert report["modes"]["hybrid"]["hit@k"] == 1.0  # the odd id "d/2" maps back through safe_id
+    assert safe_id("d/2") != "d/2"
