@@ -37,8 +37,8 @@ class L0Navigation(Contract):
     doc_reasons: dict[str, list[str]] = Field(default_factory=dict)
 
 
-class Hit(Contract):
-    """One candidate chunk as a search attempt returned it."""
+class ChunkRef(Contract):
+    """Where a chunk comes from; shared by candidates (Hit) and returned evidence."""
 
     evidence_key: str
     doc_id: str
@@ -47,17 +47,22 @@ class Hit(Contract):
     source_path: str = ""
     title: str = ""
     breadcrumb: str = ""
-    category: str = ""
     heading_path: str = ""
+    original_rank: int
+    hit_reasons: list[str] = Field(default_factory=list)
+
+
+class Hit(ChunkRef):
+    """One candidate chunk as a search attempt returned it."""
+
+    category: str = ""
     chunk_index: int = 0
     content: str = ""
-    original_rank: int
     score: float
     score_label: ScoreLabel
     dense_distance: float | None = None
     quality_signal: Literal["dense", "lexical"] = "dense"
     quality_score: float | None = None
-    hit_reasons: list[str] = Field(default_factory=list)
 
     @field_validator("score_label", mode="before")
     @classmethod
@@ -67,19 +72,9 @@ class Hit(Contract):
         return canonical_label(v)
 
 
-class Evidence(Contract):
-    evidence_key: str
-    doc_id: str
-    kb_scope: str
-    source: str
-    source_path: str = ""
-    title: str = ""
-    breadcrumb: str = ""
-    heading_path: str = ""
+class Evidence(ChunkRef):
     excerpt: str
     quality_score: float
-    original_rank: int
-    hit_reasons: list[str] = Field(default_factory=list)
 
 
 class AttemptTrace(Contract):

@@ -1,7 +1,7 @@
 """Agent projection: LookupResult -> RagToolResult, bounded four ways and honest about loss.
 
 Bounds: query chars, excerpt chars, evidence count, total JSON bytes. Dedup identity falls back
-evidenceKey -> document_id -> docId#chunk. Every lossy step sets `truncated`; if fitting the
+evidenceKey (docId#chunkIndex) -> document_id -> position. Every lossy step sets `truncated`; if fitting the
 byte budget empties the list, the status is NO_EVIDENCE and the level none (no evidence, no
 relevance).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval.contracts import NO_EVIDENCE_MESSAGE, LookupResult, RagEvidence, RagToolResult
 
@@ -24,11 +25,12 @@ class ProjectionLimits:
     max_bytes: int = 16 * 1024
 
 
-def _identity(ev, i: int) -> str:
-    if ev.evidence_key:
+def _identity(ev: Any, i: int) -> str:
+    """evidenceKey (docId#chunkIndex) -> document_id -> position: the first one present."""
+    if getattr(ev, "evidence_key", ""):
         return ev.evidence_key
-    if ev.doc_id:
-        return f"doc:{ev.doc_id}#{ev.original_rank}"
+    if getattr(ev, "doc_id", ""):
+        return f"doc:{ev.doc_id}"
     return f"legacy:{i}"
 
 
