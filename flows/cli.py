@@ -121,6 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser(
+        "serve",
+        help="HTTP lookup service for the agent (owns the embedded Milvus Lite file)",
+        description="POST /v1/lookup {query, kb_scope, mode, agent}; GET /v1/scopes; GET /healthz. API keys "
+        'from KBFLOW_API_KEYS (\'{"key": ["scope"]}\') or KBFLOW_API_KEYS_FILE; without keys the service is '
+        "open and binds loopback only. With the embedded store it serves the Milvus Lite file to other "
+        "kbflow commands through an endpoint announced in <home>/serve.json.",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    _common(p)
+
+    p = sub.add_parser(
         "serve-flows",
         help="serve the eval and eval-corpus-refresh flows on cron schedules",
         description="Registers two deployments with the Prefect API (PREFECT_API_URL, e.g. a "
@@ -175,6 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _eval(args, settings)
         if args.command == "serve-flows":
             return _serve_flows(args, settings)
+        if args.command == "serve":
+            from flows.serve import serve
+
+            return serve(settings, args.host, args.port)
         return _status(args, settings)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -445,7 +461,7 @@ def _status(args: argparse.Namespace, settings: Any) -> int:
             json.dumps(
                 {
                     "home": str(settings.home),
-                    "milvus_uri": settings.resolved_milvus_uri,
+                    "milvus_uri": stores.settings.resolved_milvus_uri,
                     "scopes": [s.to_dict() for s in statuses],
                     "last_run": run,
                 },
@@ -455,9 +471,11 @@ def _status(args: argparse.Namespace, settings: Any) -> int:
         return 0
     console = Console(soft_wrap=True)
     if not statuses:
-        console.print(f"nothing indexed under {settings.resolved_milvus_uri}; run `kbflow reindex PATH`")
+        console.print(
+            f"nothing indexed under {stores.settings.resolved_milvus_uri}; run `kbflow reindex PATH`"
+        )
         return 0
-    console.print(f"kbflow status — milvus {settings.resolved_milvus_uri}", highlight=False)
+    console.print(f"kbflow status — milvus {stores.settings.resolved_milvus_uri}", highlight=False)
     for st in statuses:
         target = st.alias_target or "[red]MISSING: run `kbflow reindex --full`[/red]"
         console.print(

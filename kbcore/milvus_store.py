@@ -72,8 +72,10 @@ def open_client(uri: str, token: str = "") -> MilvusClient:
         hint = ""
         if "lock" in text.lower() or "Open local milvus failed" in text:
             hint = (
-                f" The Milvus Lite file {uri} is held by another process (one process at a time);"
-                " stop it, or point KBFLOW_MILVUS_URI at a Milvus server."
+                f" The Milvus Lite file {uri} is held by another process (one process at a time):"
+                " stop that process, or run `kbflow serve` to own the file (other kbflow commands"
+                " then reach it through the endpoint it announces), or set KBFLOW_MILVUS_URI to a"
+                " Milvus server."
             )
         raise StoreUnavailable(f"cannot open Milvus at {uri}: {text}.{hint}") from exc
 

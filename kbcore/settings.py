@@ -29,6 +29,13 @@ class Settings(BaseSettings):
     database_url: str = Field("", description="SQLAlchemy URL; empty = SQLite file <home>/kbflow.db.")
     collection_prefix: str = Field("kbflow", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 
+    # --- HTTP service ---------------------------------------------------------------
+    api_keys: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description='API key -> kb_scopes it may read ("*" = all), e.g. {"k1": ["ops"]}.',
+    )
+    api_keys_file: Path | None = Field(None, description="JSON file with the same mapping as api_keys.")
+
     # --- embedding ------------------------------------------------------------------
     embedding_model: str = Field(
         "", description="sentence-transformers model name or path; empty = packaged all-MiniLM-L6-v2."

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pymilvus import MilvusClient
 
@@ -40,8 +43,34 @@ _lock = threading.Lock()
 _open: dict[tuple[str, str], Stores] = {}
 
 
+ENDPOINT_FILE = "serve.json"
+
+
+def announced_endpoint(home: Path) -> dict | None:
+    """The Milvus endpoint a running `kbflow serve` announced for this home, if its process lives."""
+    path = home / ENDPOINT_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        os.kill(int(data["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data
+
+
+def with_announced_endpoint(settings: Settings) -> Settings:
+    """An embedded Milvus Lite file is owned by one process: when `kbflow serve` owns it, reach
+    it through the endpoint the server announced instead of opening the file."""
+    if settings.milvus_uri or not settings.uses_milvus_lite:
+        return settings
+    found = announced_endpoint(settings.home)
+    if found is None:
+        return settings
+    return settings.model_copy(update={"milvus_uri": found["milvus_uri"]})
+
+
 def open_stores(settings: Settings) -> Stores:
     """Shared per (milvus uri, database url): a Milvus Lite file may be opened once per process."""
+    settings = with_announced_endpoint(settings)
     key = (settings.resolved_milvus_uri, settings.resolved_database_url)
     with _lock:
         stores = _open.get(key)

@@ -1,0 +1,143 @@
+"""`kbflow serve`: the HTTP lookup service, and the one owner of an embedded Milvus Lite file.
+
+A Milvus Lite file can be opened by one process only. With the embedded default, `serve`
+starts Milvus Lite's gRPC server on a free loopback port as its child, reaches it as a client
+like any Milvus, and announces the endpoint in `<home>/serve.json`; other kbflow commands on
+the same home (reindex, status, eval) find the announcement and use the endpoint instead of the
+file. The announcement is removed when the service stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kbcore.settings import Settings
+from kbcore.stores import ENDPOINT_FILE, announced_endpoint
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"Milvus Lite server exited with code {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"Milvus Lite server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def start_embedded_milvus(settings: Settings) -> tuple[subprocess.Popen, str]:
+    data_dir = settings.resolved_milvus_uri
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "milvus_lite",
+            "server",
+            "--data-dir",
+            data_dir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_port(port, proc=proc)
+    except RuntimeError as exc:
+        err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
+        proc.kill()
+        hint = " (is another process holding the file?)" if "lock" in err.lower() else ""
+        raise RuntimeError(f"{exc}{hint}: {err.strip().splitlines()[-1] if err.strip() else ''}") from None
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def serve(settings: Settings, host: str, port: int) -> int:
+    import uvicorn
+
+    from retrieval.service import check_bind, create_app, load_keys
+
+    try:
+        keys = load_keys(settings)
+        check_bind(host, keys)
+    except (ValueError, OSError) as exc:
+        print(f"kbflow: error: {exc}", file=sys.stderr)
+        return 2
+    if not keys:
+        print(
+            f"kbflow serve: no API keys configured: open access, bound to loopback {host} only",
+            file=sys.stderr,
+        )
+    cleanups: list = []
+    if settings.uses_milvus_lite and not settings.milvus_uri:
+        holder = announced_endpoint(settings.home)
+        if holder is not None:
+            print(
+                f"kbflow serve: {settings.home} is already served by pid {holder['pid']} "
+                f"({holder.get('http')})",
+                file=sys.stderr,
+            )
+            return 2
+        settings.ensure_home()
+        try:
+            child, milvus_uri = start_embedded_milvus(settings)
+        except RuntimeError as exc:
+            print(f"kbflow: error: {exc}", file=sys.stderr)
+            return 2
+        settings = settings.model_copy(update={"milvus_uri": milvus_uri})
+        announcement = settings.home / ENDPOINT_FILE
+        announcement.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "milvus_uri": milvus_uri,
+                    "http": f"http://{host}:{port}",
+                    "data_dir": str(Path(child.args[child.args.index("--data-dir") + 1]).resolve()),
+                    "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                }
+            ),
+            encoding="utf-8",
+        )
+
+        def cleanup() -> None:
+            announcement.unlink(missing_ok=True)
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+        cleanups.append(cleanup)
+        print(
+            f"kbflow serve: owns {settings.resolved_milvus_uri.replace('http://', 'Milvus Lite at ')} "
+            f"for {settings.home}; other kbflow commands on this home use it",
+            file=sys.stderr,
+        )
+    # uvicorn re-raises SIGTERM after its graceful shutdown: make that a normal exit so the
+    # announcement is removed and the Milvus Lite child stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    finally:
+        for cleanup in cleanups:
+            cleanup()
+    return 0

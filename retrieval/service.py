@@ -1,0 +1,137 @@
+"""HTTP lookup service for the agent (FastAPI).
+
+POST /v1/lookup {query, kb_scope, mode, agent} -> LookupResult (or RagToolResult when agent);
+GET /v1/scopes; GET /healthz. API keys (header `X-API-Key` or `Authorization: Bearer`) map to
+the kb_scopes they may read: no key -> 401, a scope outside the key -> 403 with no data, a
+malformed body -> 422 naming the field. With no keys configured the service is open and must
+bind loopback only. The model and stores load once, at start-up.
+
+(No `from __future__ import annotations` here: FastAPI resolves the dependency annotations
+defined inside create_app at run time.)
+"""
+
+import hmac
+import ipaddress
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from kbcore.settings import Settings
+from kbcore.validation import InvalidValue, validate_scope
+from retrieval.lookup import get_retriever, project_for_agent
+from retrieval.pipeline import IndexMissing, LookupError_
+
+log = logging.getLogger("kbflow.service")
+MAX_REQUEST_QUERY_CHARS = 20_000  # longer is answered truncated to max_query_chars; this only stops abuse
+
+
+class LookupRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=MAX_REQUEST_QUERY_CHARS)
+    kb_scope: str | None = None
+    mode: Literal["hybrid", "dense"] = "hybrid"
+    agent: bool = False
+
+
+def load_keys(settings: Settings) -> dict[str, set[str]]:
+    keys = {k: set(v) for k, v in settings.api_keys.items()}
+    if settings.api_keys_file:
+        data = json.loads(settings.api_keys_file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+            raise ValueError(f'{settings.api_keys_file}: expected {{"key": ["scope", ...]}}')
+        keys.update({k: set(v) for k, v in data.items()})
+    for scopes in keys.values():
+        for scope in scopes - {"*"}:
+            validate_scope(scope)
+    return keys
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, keys: dict[str, set[str]]) -> None:
+    if not keys and not is_loopback(host):
+        raise ValueError(
+            f"refusing to bind {host} without API keys: set KBFLOW_API_KEYS or KBFLOW_API_KEYS_FILE, "
+            "or bind 127.0.0.1"
+        )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    keys = load_keys(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        retriever = get_retriever(settings)
+        retriever.stores.embedder.encode(["warm-up"])  # load the model before the first request
+        app.state.retriever = retriever
+        yield
+
+    app = FastAPI(title="kbflow lookup", version="1", lifespan=lifespan)
+
+    def allowed_scopes(request: Request) -> set[str] | None:
+        """None = every scope (open service or a '*' key)."""
+        if not keys:
+            return None
+        auth = request.headers.get("authorization", "")
+        given = request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else "")
+        for key, scopes in keys.items():
+            if given and hmac.compare_digest(given, key):
+                return None if "*" in scopes else scopes
+        raise HTTPException(status_code=401, detail="missing or unknown API key")
+
+    Allowed = Annotated[set[str] | None, Depends(allowed_scopes)]
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        r = app.state.retriever
+        return {"status": "ok", "milvus_uri": r.settings.resolved_milvus_uri, "auth": bool(keys)}
+
+    @app.get("/v1/scopes")
+    def scopes(allowed: Allowed) -> dict[str, Any]:
+        from ingest.status import scope_statuses
+
+        rows = [s.to_dict() for s in scope_statuses(app.state.retriever.stores)]
+        visible = [r for r in rows if allowed is None or r["kb_scope"] in allowed]
+        return {
+            "scopes": [
+                {k: r[k] for k in ("kb_scope", "documents", "chunks", "analyzer", "model")} for r in visible
+            ]
+        }
+
+    @app.post("/v1/lookup")
+    def lookup(body: LookupRequest, allowed: Allowed) -> dict[str, Any]:
+        scope = body.kb_scope or None
+        if scope is not None:
+            try:
+                validate_scope(scope)
+            except InvalidValue as exc:
+                raise HTTPException(
+                    status_code=422, detail=[{"loc": ["body", "kb_scope"], "msg": str(exc)}]
+                ) from exc
+        if allowed is not None:
+            if scope is None:
+                raise HTTPException(status_code=403, detail="this key must name a kb_scope it may read")
+            if scope not in allowed:
+                raise HTTPException(status_code=403, detail=f"this key may not read kb_scope {scope!r}")
+        try:
+            result = app.state.retriever.lookup(body.query, kb_scope=scope, mode=body.mode)
+        except LookupError_ as exc:
+            raise HTTPException(
+                status_code=422, detail=[{"loc": ["body", "query"], "msg": str(exc)}]
+            ) from exc
+        except IndexMissing as exc:
+            raise HTTPException(status_code=503, detail=str(exc)) from exc
+        return project_for_agent(result, settings).to_json() if body.agent else result.to_json()
+
+    return app

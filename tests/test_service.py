@@ -1,0 +1,144 @@
+"""HTTP lookup service: auth by scoped keys, contract errors, and the one-owner embedded store
+with a full reindex running beside it (no failed request, no empty answer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from flows.serve import free_port
+from ingest.reindex import reindex
+from kbcore.settings import Settings
+from retrieval.service import check_bind, create_app
+from tests.conftest import REPO, write_doc
+
+BODY = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"
+
+
+@pytest.fixture
+def client(tmp_path):
+    write_doc(
+        tmp_path / "docs",
+        "k.md",
+        source="kafka-lag",
+        scope="ops",
+        breadcrumb="Message Queue > Kafka",
+        body=BODY,
+    )
+    write_doc(
+        tmp_path / "docs",
+        "s.md",
+        source="secret",
+        scope="finance",
+        breadcrumb="Finance > Ledger",
+        body="# Ledger\n\n## Close\n\nThe consumer group lag report for the ledger close.\n",
+    )
+    settings = Settings(home=tmp_path / "home", api_keys={"k-ops": ["ops"], "k-all": ["*"]})
+    assert reindex([tmp_path / "docs"], settings=settings).ok
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def test_keys_scopes_and_contract_errors(client):
+    q = {"query": "kafka consumer group lag keeps growing", "kb_scope": "ops"}
+    assert client.post("/v1/lookup", json=q).status_code == 401
+    assert client.post("/v1/lookup", json=q, headers={"X-API-Key": "wrong"}).status_code == 401
+    ok = client.post("/v1/lookup", json=q, headers={"X-API-Key": "k-ops"})
+    assert ok.status_code == 200 and ok.json()["evidence"][0]["docId"] == "kafka-lag"
+    agent = client.post("/v1/lookup", json={**q, "agent": True}, headers={"Authorization": "Bearer k-ops"})
+    assert agent.json()["evidence_status"] == "FOUND" and "retrievalTrace" not in agent.json()
+    denied = client.post("/v1/lookup", json={**q, "kb_scope": "finance"}, headers={"X-API-Key": "k-ops"})
+    assert denied.status_code == 403 and "secret" not in denied.text and "Ledger" not in denied.text
+    assert client.post("/v1/lookup", json={"query": "lag"}, headers={"X-API-Key": "k-ops"}).status_code == 403
+    every = client.post("/v1/lookup", json={"query": "consumer group lag"}, headers={"X-API-Key": "k-all"})
+    assert every.status_code == 200
+    bad = client.post("/v1/lookup", json={"kb_scope": "ops"}, headers={"X-API-Key": "k-ops"})
+    assert bad.status_code == 422 and "query" in json.dumps(bad.json()["detail"])
+    bad_mode = client.post("/v1/lookup", json={**q, "mode": "sparse"}, headers={"X-API-Key": "k-ops"})
+    assert bad_mode.status_code == 422 and "mode" in json.dumps(bad_mode.json()["detail"])
+    bad_scope = client.post("/v1/lookup", json={**q, "kb_scope": 'x" or 1'}, headers={"X-API-Key": "k-all"})
+    assert bad_scope.status_code == 422 and "kb_scope" in json.dumps(bad_scope.json()["detail"])
+    long = client.post(
+        "/v1/lookup", json={**q, "query": "kafka lag " * 200, "agent": True}, headers={"X-API-Key": "k-ops"}
+    )
+    assert long.status_code == 200 and long.json()["truncated"] and len(long.json()["query"]) == 500
+    scopes = client.get("/v1/scopes", headers={"X-API-Key": "k-ops"}).json()["scopes"]
+    assert [s["kb_scope"] for s in scopes] == ["ops"]
+    assert client.get("/healthz").json()["status"] == "ok"
+
+
+def test_open_service_binds_loopback_only():
+    check_bind("127.0.0.1", {})
+    check_bind("::1", {})
+    with pytest.raises(ValueError, match="without API keys"):
+        check_bind("0.0.0.0", {})
+    check_bind("0.0.0.0", {"k": {"ops"}})
+
+
+def _kbflow(*args: str, home: Path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    return subprocess.Popen(
+        [str(Path(sys.executable).with_name("kbflow")), *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_serve_owns_the_embedded_store_and_answers_through_a_full_reindex(tmp_path):
+    home = tmp_path / "home"
+    seed = _kbflow("reindex", "seed-docs", "--scope", "rag-eval", "--json", home=home)
+    _, err = seed.communicate(timeout=300)
+    assert seed.returncode == 0, err  # seeded by another process, which then lets go of the file
+    port = free_port()
+    server = _kbflow("serve", "--port", str(port), home=home)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None, server.stderr.read()
+            assert time.time() < deadline, "service did not come up"
+            time.sleep(0.5)
+        assert json.loads((home / "serve.json").read_text())["milvus_uri"].startswith("http://127.0.0.1:")
+
+        status = _kbflow("status", "--json", home=home)
+        out, err = status.communicate(timeout=120)
+        assert status.returncode == 0, err  # reaches the served store, no lock error
+        assert json.loads(out)["milvus_uri"].startswith("http://127.0.0.1:")
+
+        query = {"query": "kafka consumer group lag growing", "kb_scope": "rag-eval"}
+        before = httpx.post(f"{base}/v1/lookup", json=query, timeout=30).json()
+        old_collection = json.loads(out)["scopes"][0]["alias_target"]
+        rebuild = _kbflow("reindex", "seed-docs", "--scope", "rag-eval", "--full", "--json", home=home)
+        answers = 0
+        while rebuild.poll() is None:
+            r = httpx.post(f"{base}/v1/lookup", json=query, timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.json()["found"] and r.json()["evidence"][0]["docId"] == "kafka-consumer-lag"
+            answers += 1
+        out, err = rebuild.communicate()
+        assert rebuild.returncode == 0, err
+        new_collection = json.loads(out)["scopes"]["rag-eval"]["physical_collection"]
+        assert new_collection != old_collection and answers > 0
+        after = httpx.post(f"{base}/v1/lookup", json=query, timeout=30).json()
+        assert after["evidence"][0]["evidenceKey"] == before["evidence"][0]["evidenceKey"]
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert not (home / "serve.json").exists()
