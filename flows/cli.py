@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="BM25 analyzer for scopes created or rebuilt by this run",
     )
     p.add_argument("--prefect", action="store_true", help="run as the Prefect 'reindex' flow")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for another run on the same scope to finish (default: refuse)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     _common(p)
 
@@ -172,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from evaluation.cases import CaseFileError
     from evaluation.report import BaselineError
+    from ingest.locks import ScopeLocked
     from ingest.sources import RootError
     from kbcore.milvus_store import StoreUnavailable
     from kbcore.validation import InvalidValue
@@ -203,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         IndexMissing,
         CaseFileError,
         BaselineError,
+        ScopeLocked,
     ) as exc:
         return _err(str(exc))
 
@@ -229,7 +238,9 @@ def _reindex(args: argparse.Namespace, settings: Any) -> int:
         summary = (
             _run_with_progress(reindex, args, settings, err)
             if show
-            else reindex(args.paths, scope=args.scope, full=args.full, settings=settings)
+            else reindex(
+                args.paths, scope=args.scope, full=args.full, settings=settings, wait_seconds=args.wait
+            )
         )
     if args.json:
         print(json.dumps(summary.to_dict(), ensure_ascii=False))
@@ -256,7 +267,14 @@ def _run_with_progress(reindex: Any, args: argparse.Namespace, settings: Any, co
                 tasks[stage] = bar.add_task(f"{stage} chunks", total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
-        return reindex(args.paths, scope=args.scope, full=args.full, settings=settings, progress=progress)
+        return reindex(
+            args.paths,
+            scope=args.scope,
+            full=args.full,
+            settings=settings,
+            progress=progress,
+            wait_seconds=args.wait,
+        )
 
 
 def _print_summary(summary: Any, console: Any) -> None:

@@ -69,7 +69,8 @@ def reindex_flow(
     settings = Settings(**({"home": home} if home else {}))
     stores = open_stores(settings)
 
-    def run_scope(*args: Any, **kwargs: Any):
+    def run_scope(*args: Any, progress: Any = None, **kwargs: Any):
+        # the task reports progress to the run's logs and a progress artifact itself
         return index_scope_task(*args, **kwargs)
 
     summary: ReindexSummary = reindex(

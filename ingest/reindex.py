@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from ingest.chunking import CHUNKER_VERSION, Chunk, chunk_markdown
 from ingest.l0_index import build_l0_entry, delete_l0, write_l0
+from ingest.locks import ScopeLocks, scope_locks
 from ingest.parsing import ParsedDocument
 from ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
 from kbcore import milvus_store as ms
@@ -497,6 +498,7 @@ def reindex(
     stores: Stores | None = None,
     progress: Progress | None = None,
     scope_runner: ScopeRunner | None = None,
+    wait_seconds: float = 0.0,
 ) -> ReindexSummary:
     """Index Markdown under `roots`. Never raises for a bad document: see `summary.failed`.
 
@@ -511,7 +513,50 @@ def reindex(
     summary = ReindexSummary(mode="full" if full else "incremental", roots=scan_result.roots, kb_scope=scope)
     summary.skipped_other_scope = scan_result.skipped_other_scope
     failures = list(scan_result.failures)
-    for sc in scopes_to_visit(stores, scan_result, scope):
+    scopes = scopes_to_visit(stores, scan_result, scope)
+    with scope_locks(stores.sql, scopes, wait_seconds) as locks:
+        _index_scopes(
+            stores,
+            scopes,
+            scan_result,
+            full,
+            _with_heartbeat(progress, locks),
+            scope_runner,
+            summary,
+            failures,
+        )
+    summary.failed = [f.to_dict() for f in failures]
+    summary.warnings = [w.to_dict() for w in scan_result.warnings]
+    summary.seconds = time.time() - started
+    record_run(stores, summary, started)
+    return summary
+
+
+def _with_heartbeat(progress: Progress | None, locks: ScopeLocks, every: float = 30.0) -> Progress:
+    last = time.monotonic()
+
+    def report(stage: str, done: int, total: int) -> None:
+        nonlocal last
+        if time.monotonic() - last > every:
+            locks.heartbeat()
+            last = time.monotonic()
+        if progress:
+            progress(stage, done, total)
+
+    return report
+
+
+def _index_scopes(
+    stores: Stores,
+    scopes: Sequence[str],
+    scan_result: ScanResult,
+    full: bool,
+    progress: Progress,
+    scope_runner: ScopeRunner | None,
+    summary: ReindexSummary,
+    failures: list[Failure],
+) -> None:
+    for sc in scopes:
         try:
             scope_summary, scope_failures = (scope_runner or index_scope)(
                 stores, sc, scan_result, full=full, progress=progress
@@ -526,8 +571,3 @@ def reindex(
             continue
         summary.add_scope(scope_summary)
         failures.extend(scope_failures)
-    summary.failed = [f.to_dict() for f in failures]
-    summary.warnings = [w.to_dict() for w in scan_result.warnings]
-    summary.seconds = time.time() - started
-    record_run(stores, summary, started)
-    return summary

@@ -125,6 +125,18 @@ class ReindexRunRow(Base):
     summary: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
+class ScopeLockRow(Base):
+    """Held by the one reindex run working on a scope (see ingest.locks)."""
+
+    __tablename__ = "scope_locks"
+    kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class LookupAuditRow(Base):
     """One row per lookup, written before the result is returned (SPEC §3.9)."""
 
