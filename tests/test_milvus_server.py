@@ -1,0 +1,78 @@
+"""The same code against a network Milvus: Milvus Lite's gRPC server on a free loopback port
+stands in for a Milvus server (KBFLOW_MILVUS_URI=http://127.0.0.1:PORT)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from evaluation.runner import run_eval
+from flows.serve import free_port, wait_for_port
+from ingest.reindex import reindex
+from kbcore import milvus_store as ms
+from kbcore.settings import Settings
+from retrieval import lookup_knowledge
+from tests.conftest import write_doc
+
+
+@pytest.fixture(scope="module")
+def milvus_server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("milvus-server") / "data"
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "milvus_lite",
+            "server",
+            "--data-dir",
+            str(data),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, proc=proc)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_reindex_lookup_and_eval_through_a_network_milvus(milvus_server, tmp_path):
+    settings = Settings(home=tmp_path / "home", milvus_uri=milvus_server)
+    assert settings.resolved_milvus_uri == milvus_server and not settings.uses_milvus_lite
+
+    docs = tmp_path / "docs"
+    write_doc(
+        docs,
+        "a.md",
+        source="doc-a",
+        scope="net",
+        breadcrumb="Message Queue > Kafka",
+        body="# Kafka lag\n\n## Symptoms\n\nThe consumer group lag keeps growing.\n",
+    )
+    first = reindex([docs], settings=settings)
+    assert first.ok and first.added == 1
+    assert reindex([docs], settings=settings).chunks_embedded == 0  # incremental, through the network
+    old = first.scopes["net"].physical_collection
+    full = reindex([docs], full=True, settings=settings)
+    stores_client = ms.open_client(milvus_server)
+    assert (
+        ms.alias_target(stores_client, full.scopes["net"].collection)
+        == full.scopes["net"].physical_collection
+    )
+    assert old not in stores_client.list_collections()
+
+    for mode in ("hybrid", "dense"):
+        r = lookup_knowledge(
+            "kafka consumer group lag keeps growing", kb_scope="net", mode=mode, settings=settings
+        )
+        assert r.found and r.evidence[0].doc_id == "doc-a"
+
+    outcome = run_eval(source="live", modes=["hybrid"], settings=settings, scope="rag-eval")
+    assert outcome.ok, outcome.failed
