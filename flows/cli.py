@@ -68,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--prefect", action="store_true", help="run as the Prefect 'reindex' flow")
     p.add_argument(
+        "--task-runner",
+        choices=["default", "dask"],
+        default="default",
+        help="dask: embed batches on a Dask cluster through Prefect (implies --prefect)",
+    )
+    p.add_argument(
+        "--dask-address", metavar="ADDR", help="scheduler address; default a local 2-worker cluster"
+    )
+    p.add_argument(
         "--wait",
         type=float,
         default=0.0,
@@ -226,10 +235,12 @@ def _reindex(args: argparse.Namespace, settings: Any) -> int:
 
         validate_scope(args.scope)
     err = Console(stderr=True)
-    if args.prefect:
+    if args.prefect or args.task_runner == "dask":
         from flows.reindex import run_reindex_flow
 
-        ok, data = run_reindex_flow(args.paths, args.scope, args.full, str(settings.home))
+        ok, data = run_reindex_flow(
+            args.paths, args.scope, args.full, str(settings.home), args.task_runner, args.dask_address
+        )
         scopes = {k: ScopeSummary(**v) for k, v in data.pop("scopes").items()}
         data.pop("ok")
         summary = ReindexSummary(**data, scopes=scopes)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
@@ -60,18 +62,46 @@ def index_scope_task(
     return result
 
 
-@flow(name="reindex")
-def reindex_flow(
-    roots: list[str], scope: str | None = None, full: bool = False, home: str | None = None
-) -> State:
-    """Reindex Markdown roots into Milvus + SQL; Failed when any document failed."""
+@task(name="embed-batch", retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE)
+def embed_batch_task(texts: list[str], model: str, device: str, batch_size: int) -> np.ndarray:
+    """Runs wherever the task runner puts it (a Dask worker): the model loads once per worker."""
+    from kbcore.embedder import get_embedder
+
+    return get_embedder(model, device, batch_size).encode(texts)
+
+
+def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
+    """An encoder that splits texts into batches and submits each to the flow's task runner."""
+    size = settings.embedding_batch_size
+
+    def encode(texts: list[str]) -> np.ndarray:
+        futures = [
+            embed_batch_task.submit(
+                texts[i : i + size], settings.embedding_model, settings.embedding_device, size
+            )
+            for i in range(0, len(texts), size)
+        ]
+        return np.concatenate([f.result() for f in futures]) if futures else np.zeros((0, 0), np.float32)
+
+    return encode
+
+
+def _reindex(roots: list[str], scope: str | None, full: bool, home: str | None, parallel: bool) -> State:
     logger = get_run_logger()
     settings = Settings(**({"home": home} if home else {}))
     stores = open_stores(settings)
 
-    def run_scope(*args: Any, progress: Any = None, **kwargs: Any):
-        # the task reports progress to the run's logs and a progress artifact itself
-        return index_scope_task(*args, **kwargs)
+    if parallel:
+        encoder = fan_out_encoder(settings)
+
+        def run_scope(*args: Any, **kwargs: Any):
+            # in the flow's process (the stores stay here); only embedding batches travel
+            return index_scope(*args, **kwargs, encoder=encoder)
+    else:
+
+        def run_scope(*args: Any, progress: Any = None, **kwargs: Any):
+            # the task reports progress to the run's logs and a progress artifact itself
+            return index_scope_task(*args, **kwargs)
 
     summary: ReindexSummary = reindex(
         roots, scope=scope, full=full, settings=settings, stores=stores, scope_runner=run_scope
@@ -97,9 +127,44 @@ def reindex_flow(
     return Completed(message="reindex complete", data=data)
 
 
-def run_reindex_flow(roots: list[str], scope: str | None, full: bool, home: str | None) -> tuple[bool, dict]:
+@flow(name="reindex")
+def reindex_flow(
+    roots: list[str], scope: str | None = None, full: bool = False, home: str | None = None
+) -> State:
+    """Reindex Markdown roots into Milvus + SQL; Failed when any document failed."""
+    return _reindex(roots, scope, full, home, parallel=False)
+
+
+@flow(name="reindex-parallel")
+def reindex_parallel_flow(
+    roots: list[str], scope: str | None = None, full: bool = False, home: str | None = None
+) -> State:
+    """The reindex flow with embedding batches fanned out to the task runner (e.g. Dask)."""
+    return _reindex(roots, scope, full, home, parallel=True)
+
+
+def dask_runner(address: str | None, workers: int = 2) -> Any:
+    from prefect_dask import DaskTaskRunner
+
+    if address:
+        return DaskTaskRunner(address=address)
+    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})
+
+
+def run_reindex_flow(
+    roots: list[str],
+    scope: str | None,
+    full: bool,
+    home: str | None,
+    task_runner: str = "default",
+    dask_address: str | None = None,
+) -> tuple[bool, dict]:
     """Run the flow and return (ok, summary dict) without raising on a Failed run."""
-    state = reindex_flow(roots, scope=scope, full=full, home=home, return_state=True)
+    if task_runner == "dask":
+        chosen = reindex_parallel_flow.with_options(task_runner=dask_runner(dask_address))
+    else:
+        chosen = reindex_flow
+    state = chosen(roots, scope=scope, full=full, home=home, return_state=True)
     data = state.result(raise_on_failure=False)
     if isinstance(data, BaseException):
         raise data

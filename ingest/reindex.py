@@ -38,6 +38,7 @@ from kbcore.validation import validate_scope
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 ScopeRunner = Callable[..., "tuple[ScopeSummary, list[Failure]]"]
+Encoder = Callable[[list[str]], Any]  # texts -> normalized vectors (an alternative to the local model)
 
 
 class ScopeConfigMismatch(RuntimeError):
@@ -243,7 +244,11 @@ def _record(doc: ParsedDocument, n_chunks: int, p_hash: str, status: str) -> Doc
 
 
 def _embed_docs(
-    stores: Stores, docs: Sequence[ParsedDocument], summary: ScopeSummary, progress: Progress | None
+    stores: Stores,
+    docs: Sequence[ParsedDocument],
+    summary: ScopeSummary,
+    progress: Progress | None,
+    encoder: Encoder | None = None,
 ) -> tuple[dict[str, list[Chunk]], dict[str, Any]]:
     s = stores.settings
     chunks = {d.doc_id: chunk_markdown(d.body, s.chunk_max_chars, s.chunk_overlap_chars) for d in docs}
@@ -257,7 +262,7 @@ def _embed_docs(
         if progress:
             progress("embed", done, total)
 
-    vectors = stores.embedding_cache.embed(texts, stats, on_batch) if texts else []
+    vectors = stores.embedding_cache.embed(texts, stats, on_batch, encoder) if texts else []
     summary.chunks_embedded += stats.embedded
     summary.cache_hits += stats.cache_hits
     by_doc, i = {}, 0
@@ -320,7 +325,9 @@ def _finish_records(
         merged.status, merged.last_error = "error", reason
 
 
-def apply_incremental(stores: Stores, plan: ScopePlan, progress: Progress | None = None) -> ScopeSummary:
+def apply_incremental(
+    stores: Stores, plan: ScopePlan, progress: Progress | None = None, encoder: Encoder | None = None
+) -> ScopeSummary:
     s, client, scope = stores.settings, stores.milvus, plan.kb_scope
     alias = ms.alias_for(s.collection_prefix, scope)
     summary = ScopeSummary(kb_scope=scope, collection=alias)
@@ -332,7 +339,7 @@ def apply_incremental(stores: Stores, plan: ScopePlan, progress: Progress | None
         if not plan.docs and not plan.existing:
             return summary
         # No collection yet (or it was lost): build the scope from scratch.
-        return apply_full(stores, plan, progress)
+        return apply_full(stores, plan, progress, encoder)
     if scope_row.model_id != model_id:
         raise ScopeConfigMismatch(
             f"scope '{scope}' was indexed with model '{scope_row.model_id}' but this run uses "
@@ -348,7 +355,7 @@ def apply_incremental(stores: Stores, plan: ScopePlan, progress: Progress | None
     client.load_collection(alias)
     p_hash = pipeline_hash(s)
 
-    chunks, vectors = _embed_docs(stores, plan.to_write, summary, progress)
+    chunks, vectors = _embed_docs(stores, plan.to_write, summary, progress, encoder)
     if plan.to_write:
         with stores.sql.session() as session, session.begin():
             for doc in plan.to_write:
@@ -383,7 +390,9 @@ def apply_incremental(stores: Stores, plan: ScopePlan, progress: Progress | None
     return summary
 
 
-def apply_full(stores: Stores, plan: ScopePlan, progress: Progress | None = None) -> ScopeSummary:
+def apply_full(
+    stores: Stores, plan: ScopePlan, progress: Progress | None = None, encoder: Encoder | None = None
+) -> ScopeSummary:
     s, client, scope = stores.settings, stores.milvus, plan.kb_scope
     alias = ms.alias_for(s.collection_prefix, scope)
     analyzer = choose_analyzer(s, scope, plan.docs)
@@ -395,7 +404,7 @@ def apply_full(stores: Stores, plan: ScopePlan, progress: Progress | None = None
     ms.create_collection(client, physical, embedder.dim, analyzer)
     try:
         all_docs = plan.docs
-        chunks, vectors = _embed_docs(stores, all_docs, summary, progress)
+        chunks, vectors = _embed_docs(stores, all_docs, summary, progress, encoder)
         rows = [r for d in all_docs for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id])]
         for i in range(0, len(rows), ms.WRITE_BATCH):
             ms.upsert_rows(client, physical, rows[i : i + ms.WRITE_BATCH])
@@ -465,13 +474,19 @@ def scopes_to_visit(stores: Stores, scan_result: ScanResult, scope: str | None) 
 
 
 def index_scope(
-    stores: Stores, scope: str, scan_result: ScanResult, *, full: bool, progress: Progress | None = None
+    stores: Stores,
+    scope: str,
+    scan_result: ScanResult,
+    *,
+    full: bool,
+    progress: Progress | None = None,
+    encoder: Encoder | None = None,
 ) -> tuple[ScopeSummary, list[Failure]]:
     """Plan and apply one scope; safe to retry (planning reads the record table afresh)."""
     with stores.sql.session() as session:
         plan, failures = plan_scope(session, scope, scan_result, stores.settings, scan_result.roots)
     apply = apply_full if full else apply_incremental
-    return apply(stores, plan, progress), failures
+    return apply(stores, plan, progress, encoder), failures
 
 
 def record_run(stores: Stores, summary: ReindexSummary, started: float) -> None:

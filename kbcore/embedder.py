@@ -104,7 +104,10 @@ class EmbeddingCache:
         texts: Sequence[str],
         stats: EmbedStats | None = None,
         on_batch: Callable[[int], None] | None = None,
+        encode: Callable[[list[str]], np.ndarray] | None = None,
     ) -> np.ndarray:
+        """`encode` replaces the local model for the texts not in the cache (e.g. batches fanned
+        out to a Dask cluster); it must return the same vectors the local model would."""
         stats = stats if stats is not None else EmbedStats()
         model_id, dim = self.embedder.model_id, self.embedder.dim
         hashes = [text_hash(t) for t in texts]
@@ -132,7 +135,7 @@ class EmbeddingCache:
             step = max(self.embedder.batch_size * 4, 1)
             for i in range(0, len(todo), step):
                 part = todo[i : i + step]
-                vecs = self.embedder.encode([t for _, t in part])
+                vecs = (encode or self.embedder.encode)([t for _, t in part])
                 with self.sql.session() as s, s.begin():
                     for (h, _), v in zip(part, vecs, strict=True):
                         found[h] = v
