@@ -149,6 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser(
+        "db",
+        help="SQL schema migrations (Alembic)",
+        description="`kbflow db upgrade` migrates the SQL database (SQLite or PostgreSQL, from "
+        "KBFLOW_DATABASE_URL) to this version's schema in place, keeping its data; `kbflow db current` "
+        "prints the revision it is at.",
+    )
+    p.add_argument("action", choices=["upgrade", "current"])
+    p.add_argument("--revision", default="head", help="target revision for upgrade (default head)")
+    _common(p)
+
+    p = sub.add_parser(
         "serve-flows",
         help="serve the eval and eval-corpus-refresh flows on cron schedules",
         description="Registers two deployments with the Prefect API (PREFECT_API_URL, e.g. a "
@@ -191,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ingest.locks import ScopeLocked
     from ingest.sources import RootError
     from kbcore.milvus_store import StoreUnavailable
+    from kbcore.schema import SchemaOutdated
     from kbcore.validation import InvalidValue
     from retrieval.pipeline import IndexMissing, LookupError_
 
@@ -202,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _lookup(args, settings)
         if args.command == "eval":
             return _eval(args, settings)
+        if args.command == "db":
+            return _db(args, settings)
         if args.command == "serve-flows":
             return _serve_flows(args, settings)
         if args.command == "serve":
@@ -221,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         CaseFileError,
         BaselineError,
         ScopeLocked,
+        SchemaOutdated,
     ) as exc:
         return _err(str(exc))
 
@@ -463,6 +478,27 @@ def _eval(args: argparse.Namespace, settings: Any) -> int:
         for path in outcome.fixtures[:1]:
             print(f"wrote {len(outcome.fixtures)} fixtures to {path.parent}")
     return 0 if outcome.ok else 1
+
+
+def _db(args: argparse.Namespace, settings: Any) -> int:
+    from kbcore.schema import current_revision, head_revision, upgrade
+    from kbcore.sql import SqlStore
+
+    settings.ensure_home()
+    sql = SqlStore(settings.resolved_database_url, migrate=False)
+    before = current_revision(sql.engine)
+    if args.action == "upgrade":
+        after = upgrade(sql.engine, args.revision)
+        out = {"database": sql.engine.url.render_as_string(hide_password=True), "from": before, "to": after}
+    else:
+        out = {
+            "database": sql.engine.url.render_as_string(hide_password=True),
+            "current": before,
+            "head": head_revision(),
+        }
+    sql.dispose()
+    print(json.dumps(out) if args.json else "  ".join(f"{k}: {v}" for k, v in out.items()))
+    return 0
 
 
 def _serve_flows(args: argparse.Namespace, settings: Any) -> int:

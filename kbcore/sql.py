@@ -155,18 +155,25 @@ class LookupAuditRow(Base):
     timings_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
     result: Mapped[dict[str, Any]] = mapped_column(JSON)
 
-    __table_args__ = (Index("ix_lookup_audit_created", "created_at"),)
+    __table_args__ = (
+        Index("ix_lookup_audit_created", "created_at"),
+        Index("ix_lookup_audit_scope_created", "kb_scope", "created_at"),
+    )
 
 
 class SqlStore:
-    """Engine + session factory; creates the schema on first use."""
+    """Engine + session factory. A new database gets the latest schema; an older one must be
+    migrated with `kbflow db upgrade` (`migrate=False` skips the check, for that command)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
         self.url = url
         self.engine: Engine = create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        Base.metadata.create_all(self.engine)
+        from kbcore.schema import ensure_schema
+
+        if migrate:
+            ensure_schema(self.engine)
         self.session: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
 
     def dispose(self) -> None:
