@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from kbcore.settings import Settings
-from kbcore.stores import open_stores
+from kbcore.stores import open_stores, with_announced_endpoint
 from retrieval.contracts import LookupResult, RagToolResult
 from retrieval.pipeline import Retriever
 from retrieval.projection import ProjectionLimits
@@ -20,7 +20,7 @@ _retrievers: dict[tuple[str, str], Retriever] = {}
 
 
 def get_retriever(settings: Settings | None = None) -> Retriever:
-    settings = settings or Settings()
+    settings = with_announced_endpoint(settings or Settings())
     key = (settings.resolved_milvus_uri, settings.resolved_database_url)
     with _lock:
         retriever = _retrievers.get(key)
