@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -60,6 +61,28 @@ def new_physical_name(alias: str) -> str:
     return f"{alias}__{datetime.now(UTC):%Y%m%d%H%M%S}_{secrets.token_hex(2)}"
 
 
+def lock_holder(data_dir: str) -> tuple[int, str] | None:
+    """(pid, command line) of the process holding a Milvus Lite data dir's lock, from
+    /proc/locks (Linux); None when it cannot be told."""
+    try:
+        st = os.stat(os.path.join(data_dir, "LOCK"))
+        with open("/proc/locks", encoding="ascii") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(st.st_ino):
+            pid = int(parts[4])
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                cmd = "?"
+            return pid, cmd
+    return None
+
+
 def open_client(uri: str, token: str = "") -> MilvusClient:
     if not uri.startswith(("http://", "https://", "tcp://", "grpc://")):
         # Milvus Lite serves in-process and logs every RPC it does not implement (e.g. the
@@ -71,8 +94,10 @@ def open_client(uri: str, token: str = "") -> MilvusClient:
         text = str(exc)
         hint = ""
         if "lock" in text.lower() or "Open local milvus failed" in text:
+            holder = lock_holder(uri)
+            who = f"process {holder[0]} ({holder[1][:120]})" if holder else "another process"
             hint = (
-                f" The Milvus Lite file {uri} is held by another process (one process at a time):"
+                f" The Milvus Lite file {uri} is held by {who} (one process at a time):"
                 " stop that process, or run `kbflow serve` to own the file (other kbflow commands"
                 " then reach it through the endpoint it announces), or set KBFLOW_MILVUS_URI to a"
                 " Milvus server."

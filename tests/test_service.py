@@ -142,3 +142,30 @@ def test_serve_owns_the_embedded_store_and_answers_through_a_full_reindex(tmp_pa
         server.terminate()
         server.wait(30)
     assert not (home / "serve.json").exists()
+
+
+def test_second_process_on_the_lite_file_is_told_who_holds_it(tmp_path):
+    from kbcore.milvus_store import StoreUnavailable, open_client
+
+    path = tmp_path / "milvus.db"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from pymilvus import MilvusClient; c = MilvusClient({str(path)!r}); "
+            "print('ready', flush=True); import time; time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        t = time.monotonic()
+        with pytest.raises(StoreUnavailable) as err:
+            open_client(str(path))
+        assert time.monotonic() - t < 30  # fails fast, no hang
+        assert f"held by process {holder.pid}" in str(err.value) and "kbflow serve" in str(err.value)
+    finally:
+        holder.kill()
+        holder.wait()
