@@ -41,8 +41,8 @@ def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | Non
     raise RuntimeError(f"Milvus Lite server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
-def start_embedded_milvus(settings: Settings) -> tuple[subprocess.Popen, str]:
-    data_dir = settings.resolved_milvus_uri
+def start_milvus_lite_server(data_dir: str) -> tuple[subprocess.Popen, str]:
+    """Milvus Lite's gRPC server for `data_dir` on a free loopback port: (process, uri)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -99,7 +99,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
             return 2
         settings.ensure_home()
         try:
-            child, milvus_uri = start_embedded_milvus(settings)
+            child, milvus_uri = start_milvus_lite_server(settings.resolved_milvus_uri)
         except RuntimeError as exc:
             print(f"kbflow: error: {exc}", file=sys.stderr)
             return 2

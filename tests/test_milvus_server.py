@@ -3,13 +3,10 @@ stands in for a Milvus server (KBFLOW_MILVUS_URI=http://127.0.0.1:PORT)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from evaluation.runner import run_eval
-from flows.serve import free_port, wait_for_port
+from flows.serve import start_milvus_lite_server
 from ingest.reindex import reindex
 from kbcore import milvus_store as ms
 from kbcore.settings import Settings
@@ -19,26 +16,8 @@ from tests.conftest import write_doc
 
 @pytest.fixture(scope="module")
 def milvus_server(tmp_path_factory):
-    data = tmp_path_factory.mktemp("milvus-server") / "data"
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "milvus_lite",
-            "server",
-            "--data-dir",
-            str(data),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, proc=proc)
-    yield f"http://127.0.0.1:{port}"
+    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("milvus-server") / "data"))
+    yield uri
     proc.terminate()
     proc.wait(30)
 
