@@ -24,15 +24,6 @@ SEED_DOCS = Path(__file__).resolve().parent.parent / "seed-docs"
 ResultSource = Callable[[GoldenCase, str], LookupResult]
 
 
-def limits(settings: Settings) -> ProjectionLimits:
-    return ProjectionLimits(
-        settings.max_query_chars,
-        settings.max_excerpt_chars,
-        settings.max_evidence,
-        settings.max_projection_bytes,
-    )
-
-
 def evaluate(
     cases: Sequence[GoldenCase], modes: Sequence[str], source: ResultSource, *, label: str, settings: Settings
 ) -> tuple[dict[str, Any], dict[str, dict[str, LookupResult]]]:
@@ -43,7 +34,12 @@ def evaluate(
         for case in cases:
             result = source(case, mode)
             results.setdefault(case.id, {})[mode] = result
-            per_mode[mode].append((case, judge(case, result, project_for_agent(result, limits(settings)))))
+            per_mode[mode].append(
+                (
+                    case,
+                    judge(case, result, project_for_agent(result, ProjectionLimits.from_settings(settings))),
+                )
+            )
     return build_report(label, per_mode), results
 
 

@@ -81,7 +81,7 @@ def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
             )
             for i in range(0, len(texts), size)
         ]
-        return np.concatenate([f.result() for f in futures]) if futures else np.zeros((0, 0), np.float32)
+        return np.concatenate([f.result() for f in futures])  # the cache only asks for missing texts
 
     return encode
 

@@ -434,10 +434,9 @@ def apply_full(
 
 def _count(summary: ScopeSummary, plan: ScopePlan, full: bool = False) -> None:
     written = plan.docs if full else plan.to_write
+    changed = {d.doc_id for d in plan.to_write}  # by id: comparing whole documents is O(n²)
     summary.added = sum(1 for d in written if d.doc_id not in plan.existing)
-    summary.updated = sum(
-        1 for d in written if d.doc_id in plan.existing and (not full or d in plan.to_write)
-    )
+    summary.updated = sum(1 for d in written if d.doc_id in plan.existing and d.doc_id in changed)
     summary.unchanged = len(plan.unchanged)
     summary.removed = len(plan.stale)
     summary.documents = len(plan.docs) + len(plan.keep) + len(plan.protected)

@@ -24,6 +24,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from kbcore.schema import ensure_schema
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -170,8 +172,6 @@ class SqlStore:
         self.engine: Engine = create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        from kbcore.schema import ensure_schema
-
         if migrate:
             ensure_schema(self.engine)
         self.session: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)

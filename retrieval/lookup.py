@@ -43,8 +43,4 @@ def lookup_knowledge(
 
 
 def project_for_agent(result: LookupResult, settings: Settings | None = None) -> RagToolResult:
-    s = settings or Settings()
-    return _project(
-        result,
-        ProjectionLimits(s.max_query_chars, s.max_excerpt_chars, s.max_evidence, s.max_projection_bytes),
-    )
+    return _project(result, ProjectionLimits.from_settings(settings or Settings()))

@@ -97,7 +97,7 @@ class Retriever:
             if kb_scope:
                 q = q.where(ScopeRow.kb_scope == kb_scope)
             rows = session.scalars(q).all()
-            if not rows and not kb_scope and session.scalars(select(ScopeRow).limit(1)).first() is None:
+            if not rows and not kb_scope:  # no scope filter: rows are every scope there is
                 raise IndexMissing(
                     f"no knowledge is indexed in {self.settings.resolved_milvus_uri}; "
                     "run `kbflow reindex PATH` first"

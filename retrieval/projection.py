@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kbcore.settings import Settings
 from retrieval.contracts import NO_EVIDENCE_MESSAGE, LookupResult, RagEvidence, RagToolResult
 
 ELLIPSIS = "..."
@@ -23,6 +24,10 @@ class ProjectionLimits:
     max_excerpt_chars: int = 1200
     max_evidence: int = 8
     max_bytes: int = 16 * 1024
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> ProjectionLimits:
+        return cls(s.max_query_chars, s.max_excerpt_chars, s.max_evidence, s.max_projection_bytes)
 
 
 def _identity(ev: Any, i: int) -> str:
