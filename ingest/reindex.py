@@ -30,6 +30,7 @@ from ingest.locks import ScopeLocks, scope_locks
 from ingest.parsing import ParsedDocument
 from ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
 from kbcore import milvus_store as ms
+from kbcore.analysis import LexicalConfig
 from kbcore.embedder import EmbedStats, model_id_for
 from kbcore.settings import Settings
 from kbcore.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
@@ -111,6 +112,7 @@ def pipeline_hash(settings: Settings) -> str:
     key = f"{CHUNKER_VERSION}|{settings.chunk_max_chars}|{settings.chunk_overlap_chars}|" + model_id_for(
         settings.embedding_model
     )
+    key += "|" + LexicalConfig(settings.lexical_analysis, settings.lexical_fields).version
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -121,6 +123,12 @@ def choose_analyzer(settings: Settings, scope: str, docs: Sequence[ParsedDocumen
     if docs and any(d.language.startswith("zh") for d in docs):
         return "jieba"
     return settings.analyzer
+
+
+def lexical_config(settings: Settings, analyzer: str) -> LexicalConfig:
+    """kbflow analyses English text itself; jieba scopes leave tokenizing to Milvus."""
+    mode = settings.lexical_analysis if analyzer == "standard" else "lowercase"
+    return LexicalConfig(mode, settings.lexical_fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,7 +207,9 @@ def _failure_index(scan: ScanResult) -> dict[tuple[str, str], Failure]:
 # writing
 
 
-def _chunk_rows(doc: ParsedDocument, chunks: Sequence[Chunk], vectors: Any) -> list[dict[str, Any]]:
+def _chunk_rows(
+    doc: ParsedDocument, chunks: Sequence[Chunk], vectors: Any, lexical: LexicalConfig
+) -> list[dict[str, Any]]:
     return [
         {
             "id": f"{doc.doc_id}#{c.index}",
@@ -213,10 +223,23 @@ def _chunk_rows(doc: ParsedDocument, chunks: Sequence[Chunk], vectors: Any) -> l
             "heading_path": c.heading_text,
             "chunk_index": c.index,
             "text": _fit_bytes(c.text, ms.TEXT_MAX_BYTES),
+            "lexical": _fit_bytes(
+                lexical.index_text(doc.title, doc.breadcrumb_text, c.text), ms.TEXT_MAX_BYTES
+            ),
             "dense": [float(x) for x in v],
         }
         for c, v in zip(chunks, vectors, strict=True)
     ]
+
+
+def _relex(rows: list[dict[str, Any]], lexical: LexicalConfig) -> list[dict[str, Any]]:
+    """Rows copied from another collection get their lexical text under this build's analysis."""
+    for row in rows:
+        row["lexical"] = _fit_bytes(
+            lexical.index_text(row.get("title", ""), row.get("breadcrumb", ""), row.get("text", "")),
+            ms.TEXT_MAX_BYTES,
+        )
+    return rows
 
 
 def _fit_bytes(text: str, limit: int) -> str:
@@ -274,7 +297,14 @@ def _embed_docs(
 
 
 def _upsert_scope_row(
-    session: Session, scope: str, alias: str, physical: str, analyzer: str, model_id: str, dim: int
+    session: Session,
+    scope: str,
+    alias: str,
+    physical: str,
+    analyzer: str,
+    model_id: str,
+    dim: int,
+    analysis: str | None,
 ) -> None:
     row = session.get(ScopeRow, scope)
     if row is None:
@@ -286,11 +316,13 @@ def _upsert_scope_row(
                 analyzer=analyzer,
                 model_id=model_id,
                 dim=dim,
+                analysis=analysis,
             )
         )
     else:
         row.alias, row.physical_collection, row.analyzer = alias, physical, analyzer
         row.model_id, row.dim, row.updated_at = model_id, dim, utcnow()
+        row.analysis = analysis
 
 
 def _finish_records(
@@ -351,6 +383,11 @@ def apply_incremental(
             f"scope '{scope}' uses analyzer '{scope_row.analyzer}' but '{wanted}' is configured; "
             "rerun with --full to rebuild the scope"
         )
+    lexical = lexical_config(s, scope_row.analyzer)
+    if scope_row.analysis != lexical.version:
+        # the BM25 side was built under another analysis (or none): rebuilding is the only way
+        # to change it; the embedding cache means nothing is embedded again
+        return apply_full(stores, plan, progress, encoder)
     summary.analyzer, summary.physical_collection = scope_row.analyzer, target
     client.load_collection(alias)
     p_hash = pipeline_hash(s)
@@ -367,7 +404,7 @@ def apply_incremental(
                 )
                 row.status = "writing"
                 row.chunk_count = max(row.chunk_count, len(chunks[doc.doc_id]))
-    rows = [r for d in plan.to_write for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id])]
+    rows = [r for d in plan.to_write for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id], lexical)]
     for i in range(0, len(rows), ms.WRITE_BATCH):
         ms.upsert_rows(client, alias, rows[i : i + ms.WRITE_BATCH])
         if progress:
@@ -385,7 +422,9 @@ def apply_incremental(
     with stores.sql.session() as session, session.begin():
         _finish_records(session, plan, plan.to_write, chunks, p_hash)
         if scope_row.physical_collection != target:
-            _upsert_scope_row(session, scope, alias, target, scope_row.analyzer, model_id, scope_row.dim)
+            _upsert_scope_row(
+                session, scope, alias, target, scope_row.analyzer, model_id, scope_row.dim, lexical.version
+            )
     _count(summary, plan)
     return summary
 
@@ -396,6 +435,7 @@ def apply_full(
     s, client, scope = stores.settings, stores.milvus, plan.kb_scope
     alias = ms.alias_for(s.collection_prefix, scope)
     analyzer = choose_analyzer(s, scope, plan.docs)
+    lexical = lexical_config(s, analyzer)
     summary = ScopeSummary(kb_scope=scope, collection=alias, analyzer=analyzer)
     old_target = ms.alias_target(client, alias)
     ms.drop_unaliased(client, alias)  # leftovers of an interrupted rebuild
@@ -405,7 +445,7 @@ def apply_full(
     try:
         all_docs = plan.docs
         chunks, vectors = _embed_docs(stores, all_docs, summary, progress, encoder)
-        rows = [r for d in all_docs for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id])]
+        rows = [r for d in all_docs for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id], lexical)]
         for i in range(0, len(rows), ms.WRITE_BATCH):
             ms.upsert_rows(client, physical, rows[i : i + ms.WRITE_BATCH])
             if progress:
@@ -413,7 +453,7 @@ def apply_full(
         summary.chunks_written = len(rows)
         carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
         if carried and old_target is not None:
-            copied = ms.read_doc_rows(client, old_target, scope, carried)
+            copied = _relex(ms.read_doc_rows(client, old_target, scope, carried), lexical)
             ms.upsert_rows(client, physical, copied)
             summary.chunks_copied = len(copied)
         client.flush(physical)
@@ -425,7 +465,9 @@ def apply_full(
     p_hash = pipeline_hash(s)
     with stores.sql.session() as session, session.begin():
         _finish_records(session, plan, all_docs, chunks, p_hash)
-        _upsert_scope_row(session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim)
+        _upsert_scope_row(
+            session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
+        )
     ms.drop_unaliased(client, alias)
     summary.physical_collection = physical
     _count(summary, plan, full=True)

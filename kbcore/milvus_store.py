@@ -117,8 +117,10 @@ def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
     schema.add_field("title", DataType.VARCHAR, max_length=2048)
     schema.add_field("heading_path", DataType.VARCHAR, max_length=4096)
     schema.add_field("chunk_index", DataType.INT64)
+    # raw text for display and excerpts; `lexical` is the analysed text BM25 indexes
+    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_MAX_BYTES)
     schema.add_field(
-        "text",
+        "lexical",
         DataType.VARCHAR,
         max_length=TEXT_MAX_BYTES,
         enable_analyzer=True,
@@ -128,9 +130,9 @@ def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     schema.add_function(
         Function(
-            name="text_bm25",
+            name="lexical_bm25",
             function_type=FunctionType.BM25,
-            input_field_names=["text"],
+            input_field_names=["lexical"],
             output_field_names=["sparse"],
         )
     )
@@ -193,7 +195,8 @@ def delete_chunks_from(client: MilvusClient, collection: str, scope: str, doc_id
 
 
 def read_doc_rows(client: MilvusClient, collection: str, scope: str, doc_ids: Sequence[str]) -> list[dict]:
-    """Every stored field of these documents' chunks except the derived BM25 vector."""
+    """Every stored field of these documents' chunks except the derived lexical text and BM25
+    vector, which the caller recomputes under its own analysis."""
     out: list[dict] = []
     for i in range(0, len(doc_ids), 100):
         out.extend(

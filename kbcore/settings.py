@@ -17,6 +17,8 @@ from kbcore.validation import validate_scope
 
 Analyzer = Literal["standard", "jieba"]
 SearchMode = Literal["hybrid", "dense"]
+LexicalMode = Literal["stem+ids", "stem", "lowercase"]
+Fusion = Literal["rrf", "convex"]
 
 
 class Settings(BaseSettings):
@@ -49,6 +51,12 @@ class Settings(BaseSettings):
         default_factory=dict, description='Per-scope analyzer, e.g. {"kb-zh": "jieba"}.'
     )
     default_scope: str = "default"
+    lexical_analysis: LexicalMode = Field(
+        "stem+ids",
+        description="BM25 text analysis done by kbflow: stem+ids (stop words, Snowball stems, "
+        "identifiers whole and split), stem (no identifier splitting), lowercase (Milvus only).",
+    )
+    lexical_fields: bool = Field(True, description="Title and breadcrumb take part in the BM25 match.")
     chunk_max_chars: int = Field(1000, ge=200, le=8000)
     chunk_overlap_chars: int = Field(120, ge=0, le=1000)
     max_file_bytes: int = Field(1_000_000, ge=1024)
@@ -56,6 +64,12 @@ class Settings(BaseSettings):
     # --- retrieval (SPEC §1 defaults) ------------------------------------------------
     search_mode: SearchMode = "hybrid"
     kb_scope: str = Field("", description="Scope for lookups; empty = all scopes.")
+    fusion: Fusion = Field(
+        "convex", description="How the dense and BM25 legs are fused: convex (min-max scores) or rrf."
+    )
+    lexical_trust: bool = Field(
+        True, description="Weight the BM25 leg by the share of the query its best hits contain."
+    )
     rrf_k: int = Field(60, ge=1)
     dense_weight: float = Field(1.0, gt=0)
     sparse_weight: float = Field(1.0, gt=0)
@@ -63,8 +77,11 @@ class Settings(BaseSettings):
     return_n: int = Field(5, ge=1, le=100)
     max_chunks_per_document: int = Field(2, ge=1)
     max_l2: float = Field(2.0, gt=0)
-    precise_threshold: float = Field(0.75, ge=0, le=1)
-    reference_threshold: float = Field(0.5, ge=0, le=1)
+    # Empty = the calibration's (kbflow eval calibrate; the packaged model ships one). Set, they
+    # override it for every scope.
+    usable_floor: float | None = Field(None, ge=0, le=1, description="Below it: not evidence.")
+    reference_threshold: float | None = Field(None, ge=0, le=1, description="Below it: weak evidence.")
+    precise_threshold: float | None = Field(None, ge=0, le=1, description="At or above it: PRECISE.")
     fallback_enabled: bool = Field(True, description="Retry a weak filtered attempt once without the filter.")
     lexical_quality_analyzers: list[Analyzer] = Field(
         default_factory=lambda: ["jieba"],

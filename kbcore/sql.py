@@ -45,6 +45,9 @@ class ScopeRow(Base):
     analyzer: Mapped[str] = mapped_column(String(32))
     model_id: Mapped[str] = mapped_column(String(512))
     dim: Mapped[int] = mapped_column(Integer)
+    # kbflow's own lexical analysis (kbcore.analysis.LexicalConfig.version); NULL = built before
+    # it existed, BM25 over the raw text
+    analysis: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
@@ -112,6 +115,19 @@ class EmbeddingCacheRow(Base):
     text_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     dim: Mapped[int] = mapped_column(Integer)
     vector: Mapped[bytes] = mapped_column(LargeBinary)  # float32, little-endian
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CalibrationRow(Base):
+    """The gate's calibration for one (embedding model, scope); scope "*" serves every scope of
+    the model that has none of its own. `params` is kbflow.retrieval.gate.Calibration; `data`
+    says what it was fitted on."""
+
+    __tablename__ = "calibrations"
+    model_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
