@@ -61,8 +61,12 @@ class Hit(ChunkRef):
     score: float
     score_label: ScoreLabel
     dense_distance: float | None = None
+    dense_rank: int | None = None  # rank in the dense leg (None: that leg did not return it)
+    sparse_rank: int | None = None  # rank in the BM25 leg
+    sparse_score: float | None = None  # its BM25 score (magnitude; Milvus Lite reports it negative)
     quality_signal: Literal["dense", "lexical"] = "dense"
     quality_score: float | None = None
+    signals: dict[str, float] = Field(default_factory=dict)  # what the quality was computed from
 
     @field_validator("score_label", mode="before")
     @classmethod
@@ -75,6 +79,8 @@ class Hit(ChunkRef):
 class Evidence(ChunkRef):
     excerpt: str
     quality_score: float
+    weak: bool = False  # between the usable floor and the reference threshold: relevance none
+    signals: dict[str, float] = Field(default_factory=dict)
 
 
 class AttemptTrace(Contract):
@@ -95,6 +101,7 @@ class RetrievalTrace(Contract):
     selected_attempt: AttemptName
     fallback_reason: FallbackReason | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)
+    calibrations: dict[str, str] = Field(default_factory=dict)  # scope -> the gate calibration used
 
 
 class RerankTrace(Contract):
@@ -131,6 +138,8 @@ class LookupResult(Contract):
     rerank_trace: RerankTrace
     audit_id: int | None = None
     audit_error: str | None = None
+    # every attempt's ranked candidates (quality filled in), for the eval; never serialized
+    candidates: dict[str, list[Hit]] = Field(default_factory=dict, exclude=True)
 
 
 class RagEvidence(BaseModel):
@@ -142,6 +151,7 @@ class RagEvidence(BaseModel):
     heading_path: str
     excerpt: str
     quality_score: float
+    weak: bool = False  # usable but below the reference threshold: corroborate before acting
 
 
 class RagToolResult(BaseModel):

@@ -36,10 +36,16 @@ def reset_retrievers() -> None:
 
 
 def lookup_knowledge(
-    query: str, *, kb_scope: str | None = None, mode: str = "hybrid", settings: Settings | None = None
+    query: str,
+    *,
+    kb_scope: str | None = None,
+    mode: str = "hybrid",
+    settings: Settings | None = None,
+    depth: int | None = None,
 ) -> LookupResult:
-    """Look up evidence for `query` in `kb_scope` (None = the settings' scope, empty = all)."""
-    return get_retriever(settings).lookup(query, kb_scope=kb_scope, mode=mode)
+    """Look up evidence for `query` in `kb_scope` (None = the settings' scope, empty = all).
+    `depth` widens the candidate list (for evaluation); the evidence stays bounded by return_n."""
+    return get_retriever(settings).lookup(query, kb_scope=kb_scope, mode=mode, depth=depth)
 
 
 def project_for_agent(result: LookupResult, settings: Settings | None = None) -> RagToolResult:

@@ -15,11 +15,13 @@ import numpy as np
 from sqlalchemy import select
 
 from kbcore import milvus_store as ms
+from kbcore.analysis import LexicalConfig
 from kbcore.embedder import DEFAULT_MODEL_ID, Embedder, get_embedder
 from kbcore.settings import Settings
 from kbcore.sql import ScopeRow
 from kbcore.stores import Stores
 from kbcore.validation import validate_scope
+from retrieval import calibration
 from retrieval.audit import write_audit
 from retrieval.contracts import (
     NO_EVIDENCE_MESSAGE,
@@ -27,6 +29,7 @@ from retrieval.contracts import (
     LookupResult,
     RetrievalTrace,
 )
+from retrieval.gate import Calibration
 from retrieval.l0_navigation import navigate
 from retrieval.packing import pack
 from retrieval.postprocess import PostprocessConfig, Processed, attach_l0_reasons, postprocess, score_hits
@@ -56,13 +59,7 @@ class _Timer:
 
 
 def _postprocess_config(s: Settings) -> PostprocessConfig:
-    return PostprocessConfig(
-        max_l2=s.max_l2,
-        max_chunks_per_document=s.max_chunks_per_document,
-        return_n=s.return_n,
-        precise_threshold=s.precise_threshold,
-        reference_threshold=s.reference_threshold,
-    )
+    return PostprocessConfig(max_chunks_per_document=s.max_chunks_per_document, return_n=s.return_n)
 
 
 def completeness_hint(evidence: list, level: str | None) -> str:
@@ -81,6 +78,7 @@ class Retriever:
         self.stores = stores
         self.reranker = reranker or NoopReranker()
         self._loaded: set[str] = set()
+        self.calibrations: dict[str, Calibration] = {}
 
     @property
     def settings(self) -> Settings:
@@ -112,10 +110,25 @@ class Retriever:
                 self.stores.milvus.load_collection(r.alias)
                 self._loaded.add(r.alias)
             lexical = r.analyzer in self.settings.lexical_quality_analyzers and r.model_id == DEFAULT_MODEL_ID
-            out.append(ScopeTarget(r.kb_scope, r.alias, r.model_id, "lexical" if lexical else "dense"))
+            self.calibrations[r.kb_scope] = calibration.resolve(
+                self.stores.sql, self.settings, r.model_id, r.kb_scope, lexical
+            )
+            out.append(
+                ScopeTarget(
+                    r.kb_scope,
+                    r.alias,
+                    r.model_id,
+                    "lexical" if lexical else "dense",
+                    LexicalConfig.parse(r.analysis),
+                )
+            )
         return out
 
-    def lookup(self, query: str, *, kb_scope: str | None = None, mode: str | None = None) -> LookupResult:
+    def lookup(
+        self, query: str, *, kb_scope: str | None = None, mode: str | None = None, depth: int | None = None
+    ) -> LookupResult:
+        """`depth` asks for at least that many candidates (the eval ranks them); the evidence
+        returned is still bounded by return_n."""
         s = self.settings
         if not isinstance(query, str) or not query.strip():
             raise LookupError_("query is empty: give the symptom, error message or question to look up")
@@ -146,11 +159,15 @@ class Retriever:
         cfg = _postprocess_config(s)
         spec = SearchSpec(
             mode=mode,
-            limit=s.retrieve_k,
+            limit=max(s.retrieve_k, depth or 0),
             rrf_k=s.rrf_k,
             dense_weight=s.dense_weight,
             sparse_weight=s.sparse_weight,
+            fusion=s.fusion,
+            lexical_trust=s.lexical_trust,
         )
+        cals = {tg.kb_scope: self.calibrations[tg.kb_scope] for tg in targets}
+        candidates: dict[str, list] = {}
 
         def attempt(name: str, category: str | None) -> tuple[Processed, AttemptTrace]:
             started = time.perf_counter()
@@ -158,8 +175,9 @@ class Retriever:
                 search_attempt(self.stores.milvus, targets, query, vectors, spec, category) if targets else []
             )
             st = timer.stage("search", started)
-            hits = attach_l0_reasons(score_hits(hits, query, s.max_l2), nav)
-            processed = postprocess(hits, cfg)
+            hits = attach_l0_reasons(score_hits(hits, query, cals), nav)
+            processed = postprocess(hits, cfg, cals)
+            candidates[name] = processed.ranked
             timer.stage("postprocess", st)
             trace = AttemptTrace(
                 attempt=name,
@@ -213,7 +231,9 @@ class Retriever:
                 selected_attempt=selected_name,
                 fallback_reason=fallback_reason,
                 timings_ms=timer.timings,
+                calibrations={sc: c.label for sc, c in cals.items()},
             ),
             rerank_trace=rerank_trace,
         )
+        result.candidates = candidates
         return write_audit(self.stores.sql, result)

@@ -70,6 +70,7 @@ def project_for_agent(result: LookupResult, limits: ProjectionLimits | None = No
                 heading_path=ev.heading_path,
                 excerpt=excerpt,
                 quality_score=ev.quality_score,
+                weak=ev.weak,
             )
         )
     if len(items) > lim.max_evidence:

@@ -1,11 +1,8 @@
-"""The one quality normalizer: every stage that needs "is this good enough" asks here.
+"""Score labels, and the lexical signal for scopes whose model cannot embed their language.
 
-Ranking (originalRank) says who comes first; quality says whether it is good enough. Quality is
-always an absolute signal: the squared L2 of the chunk's stored vector to the query
-(`1 - clamp(L2, 0, max_l2) / max_l2`, the clamped cosine for normalized vectors). A candidate
-with no dense signal gets a conservative lexical similarity (the share of the query's content
-terms it contains), capped below PRECISE — never a rank-derived score, since rank 1 only means
-"best of this batch".
+Ranking (originalRank) says who comes first; quality (`gate.py`) says whether it is good
+enough, always from absolute signals, never from rank. Legacy score labels canonicalize to
+`dense` or `hybrid` here, the only place that reads them.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ LEGACY_LABELS = {
     "bm25_only_no_dense": "hybrid",
     "sparse": "hybrid",
 }
-LEXICAL_CAP = 0.74  # lexical evidence alone may reach REFERENCE, never PRECISE
 _TOKEN = re.compile(r"[\w][\w.\-]*", re.UNICODE)
 _CJK = re.compile(r"[\u3400-\u9fff]")
 STOPWORDS = frozenset(
@@ -44,10 +40,6 @@ def canonical_label(label: str) -> str:
         raise ValueError(f"unknown score label {label!r}") from None
 
 
-def l2_to_quality(l2: float, max_l2: float) -> float:
-    return 1.0 - min(max(l2, 0.0), max_l2) / max_l2
-
-
 def content_terms(text: str) -> set[str]:
     """Content-bearing terms: words of 2+ characters minus stop words; for Chinese, jieba words
     of 2+ characters (single characters are mostly particles)."""
@@ -59,31 +51,10 @@ def content_terms(text: str) -> set[str]:
     return {w for w in words if len(w) >= 2 and w not in STOPWORDS}
 
 
-def lexical_similarity(query: str, content: str) -> float:
-    """Share of the query's content terms present in the content, scaled into [0, LEXICAL_CAP]."""
+def lexical_coverage(query: str, content: str) -> float:
+    """Share of the query's content terms present in the content (jieba words for Chinese)."""
     q = content_terms(query)
     if not q:
         return 0.0
     text = content.lower()
-    return LEXICAL_CAP * sum(1 for t in q if t in text) / len(q)
-
-
-def quality_score(
-    label: str,
-    score: float,
-    dense_distance: float | None,
-    *,
-    max_l2: float,
-    signal: str = "dense",
-    query: str = "",
-    content: str = "",
-) -> float:
-    """`signal="lexical"` is for scopes whose model gives no meaningful distance for their
-    language (see Settings.lexical_quality_analyzers)."""
-    if signal == "lexical":
-        return lexical_similarity(query, content)
-    if canonical_label(label) == "dense":
-        return l2_to_quality(dense_distance if dense_distance is not None else score, max_l2)
-    if dense_distance is not None:
-        return l2_to_quality(dense_distance, max_l2)
-    return lexical_similarity(query, content)
+    return sum(1 for t in q if t in text) / len(q)

@@ -1,9 +1,11 @@
-"""One search attempt over the scope collections: hybrid (dense + BM25 fused by RRF) or dense.
+"""One search attempt over the scope collections: hybrid (dense + BM25, fused here) or dense.
 
-Every attempt filters on kb_scope; a FILTERED_VECTOR attempt adds the L0 category. Each hit gets
-`denseDistance`, the exact squared L2 of its stored vector to the query, for *every* candidate
-(BM25-only ones included), so quality never has to guess from rank. Filling it in changes no
-score, label or order.
+Every attempt filters on kb_scope; a FILTERED_VECTOR attempt adds the L0 category. The two
+legs run as separate searches and are fused client-side (`fusion.py`: RRF or a convex
+combination), so each hit keeps its rank in each leg — the gate reads whether the legs agree.
+The BM25 leg gets the query analysed the way the scope's chunks were (`kbcore.analysis`).
+Each hit gets `denseDistance`, the exact squared L2 of its *stored* vector to the query, for
+every candidate (BM25-only ones included), so quality never has to guess from rank.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pymilvus import AnnSearchRequest, MilvusClient, RRFRanker
+from pymilvus import MilvusClient
 
 from kbcore import milvus_store as ms
+from kbcore.analysis import LexicalConfig
 from kbcore.validation import eq, validate_category, validate_scope
 from retrieval.contracts import Hit
-from retrieval.fusion import rrf
+from retrieval.fusion import convex, rrf
+from retrieval.gate import coverage, query_terms
 
 OUTPUT_FIELDS = ms.SCALAR_FIELDS
 HIT_FIELDS = [*OUTPUT_FIELDS, "dense"]
@@ -29,6 +33,8 @@ class ScopeTarget:
     alias: str
     model_id: str
     quality_signal: str = "dense"  # "lexical" where the model cannot embed the scope's language
+    lexical: LexicalConfig | None = None  # None: built before kbflow analysed text (raw BM25)
+    field: str = "sparse"
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,16 @@ class SearchSpec:
     rrf_k: int = 60
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
+    fusion: str = "rrf"  # rrf | convex
+    lexical_trust: bool = True  # scale the BM25 leg by how much of the query its best hits contain
+
+
+@dataclass
+class Leg:
+    """One leg's hits, best first: raw Milvus rows and their scores."""
+
+    rows: list[dict]
+    scores: list[float]
 
 
 def _expr(scope: str, category: str | None) -> str:
@@ -47,8 +63,12 @@ def _expr(scope: str, category: str | None) -> str:
     return expr
 
 
-def _entity_hit(raw: dict, rank: int, score: float, label: str) -> Hit:
-    e = raw.get("entity", raw)
+def _entity(raw: dict) -> dict:
+    return raw.get("entity", raw)
+
+
+def _to_hit(raw: dict, rank: int, score: float, label: str) -> Hit:
+    e = _entity(raw)
     return Hit(
         evidence_key=e["id"],
         doc_id=e["doc_id"],
@@ -67,21 +87,25 @@ def _entity_hit(raw: dict, rank: int, score: float, label: str) -> Hit:
     )
 
 
-def _search_one(
+def squared_l2(stored: Sequence[float], vector: np.ndarray) -> float:
+    """Exact squared L2 (the unit Milvus reports for L2) of a stored vector to the query."""
+    diff = np.asarray(stored, dtype=np.float32) - vector
+    return float(diff @ diff)
+
+
+def run_legs(
     client: MilvusClient,
     target: ScopeTarget,
     query: str,
     vector: np.ndarray,
     spec: SearchSpec,
     category: str | None,
-) -> list[tuple[dict, float]]:
-    """(raw hit, score) best first for one scope collection."""
+) -> tuple[Leg, Leg]:
+    """The dense leg and the BM25 leg (empty in dense mode, or when analysis leaves no term)."""
     expr = _expr(target.kb_scope, category)
-    dense_params = {"metric_type": "L2", "params": {"ef": max(64, spec.limit * 2)}}
-    sparse_params = {"metric_type": "BM25"}
 
-    def leg(data: list, field: str, params: dict) -> list[dict]:
-        return client.search(
+    def search(data: list, field: str, params: dict) -> Leg:
+        res = client.search(
             target.alias,
             data=data,
             anns_field=field,
@@ -90,38 +114,61 @@ def _search_one(
             output_fields=HIT_FIELDS,
             search_params=params,
         )[0]
+        return Leg(list(res), [float(h["distance"]) for h in res])
 
-    if spec.mode == "dense":
-        return [(h, float(h["distance"])) for h in leg([vector.tolist()], "dense", dense_params)]
-    if spec.dense_weight == spec.sparse_weight:
-        requests = [
-            AnnSearchRequest(
-                data=[vector.tolist()], anns_field="dense", param=dense_params, limit=spec.limit, expr=expr
-            ),
-            AnnSearchRequest(
-                data=[query], anns_field="sparse", param=sparse_params, limit=spec.limit, expr=expr
-            ),
-        ]
-        res = client.hybrid_search(
-            target.alias, requests, RRFRanker(spec.rrf_k), limit=spec.limit, output_fields=HIT_FIELDS
-        )[0]
-        # Milvus's RRF is unweighted; scale so scores match the weighted formula's units
-        return [(h, float(h["distance"]) * spec.dense_weight) for h in res]
-    dense = leg([vector.tolist()], "dense", dense_params)
-    sparse = leg([query], "sparse", sparse_params)
-    by_id = {h["id"]: h for h in [*sparse, *dense]}
-    fused = rrf(
-        [[h["id"] for h in dense], [h["id"] for h in sparse]],
-        [spec.dense_weight, spec.sparse_weight],
-        spec.rrf_k,
+    dense = search(
+        [vector.tolist()], "dense", {"metric_type": "L2", "params": {"ef": max(64, spec.limit * 2)}}
     )
-    return [(by_id[i], s) for i, s in fused[: spec.limit]]
+    if spec.mode == "dense":
+        return dense, Leg([], [])
+    text = target.lexical.query_text(query) if target.lexical else query
+    if not text.strip():
+        return dense, Leg([], [])
+    return dense, search([text], target.field, {"metric_type": "BM25"})
 
 
-def squared_l2(stored: Sequence[float], vector: np.ndarray) -> float:
-    """Exact squared L2 (the unit Milvus reports for L2) of a stored vector to the query."""
-    diff = np.asarray(stored, dtype=np.float32) - vector
-    return float(diff @ diff)
+TRUST_TOP = 5  # BM25 hits whose query-term coverage sets the leg's trust
+
+
+def lexical_trust(query: str, sparse: Leg) -> float:
+    """The best query-term coverage among the BM25 leg's top hits, in [0, 1]. A query whose
+    words the corpus does not use (a paraphrase) still gets BM25 hits on its few common words;
+    they deserve little weight. An identifier or error string covered whole keeps full weight."""
+    terms = query_terms(query)
+    rows = [_entity(h) for h in sparse.rows[:TRUST_TOP]]
+    return max(
+        (coverage(terms, e.get("title", ""), e.get("breadcrumb", ""), e.get("text", "")) for e in rows),
+        default=0.0,
+    )
+
+
+def fuse_legs(
+    dense: Leg, sparse: Leg, vector: np.ndarray, spec: SearchSpec, query: str = ""
+) -> list[tuple[dict, float, int | None, int | None, float | None]]:
+    """(row, fused score, dense rank, BM25 rank, BM25 score magnitude) best first."""
+    trust = lexical_trust(query, sparse) if spec.lexical_trust and sparse.rows else 1.0
+    by_id: dict[str, dict] = {}
+    for h in [*sparse.rows, *dense.rows]:
+        by_id[_entity(h)["id"]] = h
+    dense_ids = [_entity(h)["id"] for h in dense.rows]
+    sparse_ids = [_entity(h)["id"] for h in sparse.rows]
+    if spec.mode == "dense":
+        fused = [(i, -d) for i, d in zip(dense_ids, dense.scores, strict=True)]
+    elif spec.fusion == "convex":
+        cosine = {i: 1.0 - squared_l2(_entity(by_id[i])["dense"], vector) / 2.0 for i in by_id}
+        # BM25 scores come back negative from Milvus Lite and positive from a server: use the
+        # magnitude, whose order is the leg's order on both
+        fused = convex(
+            cosine,
+            {i: abs(s) for i, s in zip(sparse_ids, sparse.scores, strict=True)},
+            spec.dense_weight / (spec.dense_weight + spec.sparse_weight * trust),
+        )
+    else:
+        fused = rrf([dense_ids, sparse_ids], [spec.dense_weight, spec.sparse_weight * trust], spec.rrf_k)
+    d_rank = {i: r for r, i in enumerate(dense_ids, start=1)}
+    s_rank = {i: r for r, i in enumerate(sparse_ids, start=1)}
+    s_score = {i: abs(v) for i, v in zip(sparse_ids, sparse.scores, strict=True)}
+    return [(by_id[i], s, d_rank.get(i), s_rank.get(i), s_score.get(i)) for i, s in fused]
 
 
 def search_attempt(
@@ -133,22 +180,20 @@ def search_attempt(
     category: str | None,
 ) -> list[Hit]:
     """Search every target scope and merge into one ranked list (originalRank from 1)."""
-    merged: list[tuple[dict, float, ScopeTarget]] = []
+    merged: list[tuple[dict, float, int | None, int | None, float | None, ScopeTarget]] = []
     for target in targets:
-        for raw, score in _search_one(client, target, query, vectors[target.model_id], spec, category):
-            merged.append((raw, score, target))
-    if spec.mode == "dense":
-        merged.sort(key=lambda t: t[1])  # smaller L2 first
-    else:
-        merged.sort(key=lambda t: -t[1])  # larger fused score first
-    merged = merged[: spec.limit]
+        vector = vectors[target.model_id]
+        dense, sparse = run_legs(client, target, query, vector, spec, category)
+        merged += [(*f, target) for f in fuse_legs(dense, sparse, vector, spec, query)]
+    merged.sort(key=lambda t: -t[1])
     label = "dense" if spec.mode == "dense" else "hybrid"
     hits = []
-    for rank, (raw, score, target) in enumerate(merged, start=1):
-        hit = _entity_hit(raw, rank, score, label)
+    for rank, (raw, score, d_rank, s_rank, s_score, target) in enumerate(merged[: spec.limit], start=1):
+        hit = _to_hit(raw, rank, -score if spec.mode == "dense" else score, label)  # dense: L2
         # every candidate carries its stored vector (requested as an output field), so its
         # distance is exact whichever leg found it, at no extra round trip
-        hit.dense_distance = squared_l2(raw.get("entity", raw)["dense"], vectors[target.model_id])
+        hit.dense_distance = squared_l2(_entity(raw)["dense"], vectors[target.model_id])
+        hit.dense_rank, hit.sparse_rank, hit.sparse_score = d_rank, s_rank, s_score
         hit.quality_signal = target.quality_signal
         hits.append(hit)
     return hits

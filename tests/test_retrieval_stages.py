@@ -19,11 +19,12 @@ from retrieval.contracts import (
     RetrievalTrace,
 )
 from retrieval.fusion import rrf
+from retrieval.gate import Calibration
 from retrieval.l0_navigation import query_terms
 from retrieval.packing import pack
 from retrieval.postprocess import PostprocessConfig, attach_l0_reasons, postprocess, score_hits
 from retrieval.projection import ProjectionLimits, project_for_agent
-from retrieval.quality import canonical_label, l2_to_quality, lexical_similarity, quality_score
+from retrieval.quality import canonical_label, lexical_coverage
 from retrieval.rerank import NoopReranker, run_rerank
 
 
@@ -54,6 +55,17 @@ def hit(
 
 
 CFG = PostprocessConfig()
+# the plain cosine with the classic thresholds: these tests pin the stages, not a calibration
+COSINE = Calibration(kind="cosine", floor=0.5, reference=0.5, precise=0.75)
+CALS = {"s": COSINE}
+
+
+def scored(hits, query="q", cals=CALS):
+    return score_hits(hits, query, cals)
+
+
+def post(hits, cals=CALS):
+    return postprocess(hits, CFG, cals)
 
 
 # --- fusion ---------------------------------------------------------------------------------
@@ -72,70 +84,80 @@ def test_rrf_formula_and_weights():
 # --- quality --------------------------------------------------------------------------------
 
 
-def test_quality_is_the_l2_normalizer_and_labels_canonicalize():
-    assert (
-        l2_to_quality(0.0, 2.0) == 1.0 and l2_to_quality(0.5, 2.0) == 0.75 and l2_to_quality(3.0, 2.0) == 0.0
-    )
-    assert quality_score("l2_distance", 0.5, None, max_l2=2.0) == 0.75  # legacy dense label
-    assert quality_score("hybrid", 0.0328, 1.0, max_l2=2.0) == 0.5  # from denseDistance, not RRF score
+def test_quality_is_absolute_and_labels_canonicalize():
+    """Quality comes from the stored vector's distance (cosine = 1 - L2/2), whatever the label."""
+    [h] = scored([hit("a#0", 1, l2=0.5)])
+    assert h.quality_score == pytest.approx(0.75) and h.signals["cosine"] == pytest.approx(0.75)
+    [d] = scored([hit("a#0", 1, l2=1.0, label="l2_distance")])  # legacy dense label
+    assert d.score_label == "dense" and d.quality_score == pytest.approx(0.5)
     assert canonical_label("bm25_only_no_dense") == "hybrid" and canonical_label("L2_DISTANCE") == "dense"
     with pytest.raises(ValueError):
         canonical_label("mystery")
 
 
 def test_rank_one_is_not_proof_of_quality():
-    """A BM25-only batch (no dense signal) must not get 1.0 at rank 1: the fallback is an
-    absolute lexical signal, capped below PRECISE."""
+    """A BM25-only batch (no dense signal) must not get 1.0 at rank 1: without a distance the
+    cosine signal is 0, so lexical matches alone never pass the gate."""
     batch = [
         hit("a#0", 1, label="bm25_only_no_dense", content="mysql pool"),
         hit("b#0", 2, label="bm25_only_no_dense", content="pool"),
     ]
-    scored = score_hits(batch, "python snake habitat pool", max_l2=2.0)
-    assert all(h.quality_score < 0.5 for h in scored)  # lexically matching, semantically unrelated
-    p = postprocess(scored, CFG)
+    out = scored(batch, "python snake habitat pool")
+    assert all(h.quality_score < 0.5 for h in out)  # lexically matching, semantically unrelated
+    p = post(out)
     assert p.low_quality and p.relevance_level is None and p.evidence == []
-    assert lexical_similarity(
-        "connection pool timeout", "the connection pool hit its timeout"
-    ) == pytest.approx(0.74)
+
+
+def test_logistic_calibration_combines_cosine_and_coverage():
+    cal = Calibration(kind="logistic", weights={"bias": -6.0, "cosine": 9.0, "coverage": 3.0}, floor=0.1)
+    weak_paraphrase = cal.quality({"cosine": 0.35, "coverage": 0.0})
+    covered = cal.quality({"cosine": 0.35, "coverage": 1.0})
+    assert 0 < weak_paraphrase < covered < 1
+    assert covered == pytest.approx(1 / (1 + 2.718281828 ** (6.0 - 9.0 * 0.35 - 3.0)), rel=1e-6)
+
+
+def test_coverage_counts_analysed_query_terms():
+    [h] = scored(
+        [hit("a#0", 1, l2=1.0, content="Pods keep crash looping: KubePodCrashLooping fires")],
+        "pod crash looping alert",
+    )
+    assert h.signals["coverage"] == pytest.approx(3 / 4)  # pod, crash, loop of pod/crash/loop/alert
 
 
 def test_lexical_signal_for_chinese_uses_words_not_particles():
-    assert lexical_similarity("数据库连接池满了怎么办", "数据库连接池耗尽排查") == pytest.approx(0.74)
-    assert lexical_similarity("今天天气怎么样", "数据库连接池耗尽排查") == 0.0
+    assert lexical_coverage("数据库连接池满了怎么办", "数据库连接池耗尽排查") == pytest.approx(1.0)
+    assert lexical_coverage("今天天气怎么样", "数据库连接池耗尽排查") == 0.0
+    assert lexical_coverage("connection pool timeout", "the connection pool hit its timeout") == 1.0
 
 
 # --- post-process ---------------------------------------------------------------------------
 
 
 def test_order_is_never_resorted_by_quality():
-    hits = score_hits([hit("a#0", 1, l2=0.9), hit("b#0", 2, l2=0.1), hit("c#0", 3, l2=0.5)], "q", 2.0)
-    p = postprocess(list(reversed(hits)), CFG)
+    hits = scored([hit("a#0", 1, l2=0.9), hit("b#0", 2, l2=0.1), hit("c#0", 3, l2=0.5)])
+    p = post(list(reversed(hits)))
     assert [e.evidence_key for e in p.evidence] == ["a#0", "b#0", "c#0"]
     assert p.evidence[1].quality_score > p.evidence[0].quality_score  # better but still second
 
 
 def test_duplicates_merge_reasons_and_fill_breadcrumb():
-    hits = score_hits(
+    hits = scored(
         [
             hit("a#0", 1, l2=0.2, breadcrumb="", reasons=["dense"]),
             hit("a#0", 2, l2=0.2, breadcrumb="DB > MySQL", reasons=["l0_keyword_overlap"]),
-        ],
-        "q",
-        2.0,
+        ]
     )
-    p = postprocess(hits, CFG)
+    p = post(hits)
     assert len(p.evidence) == 1
     assert p.evidence[0].hit_reasons == ["dense", "l0_keyword_overlap"]
     assert p.evidence[0].breadcrumb == "DB > MySQL"
 
 
 def test_cap_per_document_and_return_n():
-    hits = score_hits(
-        [hit(f"a#{i}", i + 1, l2=0.2) for i in range(4)] + [hit(f"d{i}#0", 5 + i, l2=0.2) for i in range(6)],
-        "q",
-        2.0,
+    hits = scored(
+        [hit(f"a#{i}", i + 1, l2=0.2) for i in range(4)] + [hit(f"d{i}#0", 5 + i, l2=0.2) for i in range(6)]
     )
-    p = postprocess(hits, CFG)
+    p = post(hits)
     keys = [e.evidence_key for e in p.evidence]
     assert keys == ["a#0", "a#1", "d0#0", "d1#0", "d2#0"]  # 2 per document, 5 in all
 
@@ -143,8 +165,8 @@ def test_cap_per_document_and_return_n():
 def test_level_reads_ranked_list_not_deduped_output():
     """Dedup (output) and level (evaluation) are parallel: the level comes from the best
     candidate in the ranked list even when the per-document cap drops it from the output."""
-    hits = score_hits([hit("a#0", 1, l2=0.9), hit("a#1", 2, l2=0.9), hit("a#2", 3, l2=0.2)], "q", 2.0)
-    p = postprocess(hits, CFG)
+    hits = scored([hit("a#0", 1, l2=0.9), hit("a#1", 2, l2=0.9), hit("a#2", 3, l2=0.2)])
+    p = post(hits)
     assert [e.evidence_key for e in p.evidence] == ["a#0", "a#1"]
     assert p.top_quality == pytest.approx(0.9) and p.relevance_level == "PRECISE"
 
@@ -153,17 +175,28 @@ def test_level_reads_ranked_list_not_deduped_output():
     ("l2", "level", "low"), [(0.4, "PRECISE", False), (0.9, "REFERENCE", False), (1.2, None, True)]
 )
 def test_levels_and_gate(l2, level, low):
-    p = postprocess(score_hits([hit("a#0", 1, l2=l2)], "q", 2.0), CFG)
+    p = post(scored([hit("a#0", 1, l2=l2)]))
     assert p.relevance_level == level and p.low_quality is low
 
 
+def test_weak_evidence_is_returned_labelled_and_below_floor_dropped():
+    cal = {"s": Calibration(kind="cosine", floor=0.3, reference=0.5, precise=0.75)}
+    hits = scored([hit("a#0", 1, l2=1.2), hit("b#0", 2, l2=1.6)], cals=cal)  # cosine 0.4 and 0.2
+    p = post(hits, cal)
+    assert [(e.evidence_key, e.weak) for e in p.evidence] == [("a#0", True)]
+    assert p.relevance_level is None and p.low_quality  # weak evidence gives no level
+    agent = project_for_agent(result_with(p.evidence, level=None))
+    assert agent.evidence_status == "FOUND" and agent.relevance_level is None
+    assert [e.weak for e in agent.evidence] == [True]
+
+
 def test_no_hits_is_low_quality_without_level():
-    p = postprocess([], CFG)
+    p = post([])
     assert p.low_quality and p.top_quality is None and p.relevance_level is None
 
 
 def test_l0_adds_reasons_and_changes_no_score_or_order():
-    hits = score_hits([hit("a#0", 1, l2=0.6), hit("b#0", 2, l2=0.3)], "q", 2.0)
+    hits = scored([hit("a#0", 1, l2=0.6), hit("b#0", 2, l2=0.3)])
     nav = L0Navigation(category_filter="X", doc_reasons={"s:b": ["l0_keyword_overlap"]})
     with_l0 = attach_l0_reasons(hits, nav)
     assert [(h.evidence_key, h.quality_score, h.original_rank) for h in with_l0] == [

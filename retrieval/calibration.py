@@ -1,0 +1,73 @@
+"""Where a scope's gate calibration comes from, in order: a calibration stored for (model,
+scope) by `kbflow eval calibrate`; one stored for (model, "*"); the default shipped for the
+packaged model (`default_calibration.json`, fitted on the golden corpus and CACM); else the
+plain cosine. Thresholds set in Settings override whichever applies."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import select
+
+from kbcore.embedder import DEFAULT_MODEL_ID
+from kbcore.settings import Settings
+from kbcore.sql import CalibrationRow, SqlStore, utcnow
+from retrieval.gate import Calibration
+
+DEFAULT_FILE = Path(__file__).with_name("default_calibration.json")
+LEXICAL = Calibration(
+    kind="lexical", floor=0.5, reference=0.5, precise=0.75, source="lexical coverage (model cannot embed)"
+)
+
+
+@lru_cache(maxsize=1)
+def packaged_default() -> Calibration | None:
+    try:
+        data = json.loads(DEFAULT_FILE.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return Calibration.from_dict(data["calibration"])
+
+
+def stored(sql: SqlStore, model_id: str, scope: str) -> Calibration | None:
+    with sql.session() as session:
+        for key in (scope, "*"):
+            row = session.get(CalibrationRow, (model_id, key))
+            if row is not None:
+                return Calibration.from_dict(row.params)
+    return None
+
+
+def resolve(sql: SqlStore, settings: Settings, model_id: str, scope: str, lexical: bool) -> Calibration:
+    if lexical:
+        cal = LEXICAL
+    else:
+        cal = stored(sql, model_id, scope)
+        if cal is None and model_id == DEFAULT_MODEL_ID:
+            cal = packaged_default()
+        if cal is None:
+            cal = Calibration(model_id=model_id)
+    return cal.with_overrides(settings.usable_floor, settings.reference_threshold, settings.precise_threshold)
+
+
+def store(sql: SqlStore, cal: Calibration, data: dict) -> None:
+    with sql.session() as session, session.begin():
+        session.merge(
+            CalibrationRow(
+                model_id=cal.model_id,
+                kb_scope=cal.kb_scope,
+                params=cal.to_dict(),
+                data=data,
+                created_at=utcnow(),
+            )
+        )
+
+
+def stored_list(sql: SqlStore) -> list[tuple[str, str, dict, dict]]:
+    with sql.session() as session:
+        rows = session.scalars(
+            select(CalibrationRow).order_by(CalibrationRow.model_id, CalibrationRow.kb_scope)
+        )
+        return [(r.model_id, r.kb_scope, r.params, r.data) for r in rows]
