@@ -48,6 +48,8 @@ class GoldenCase(BaseModel):
     max_evidence_per_document: int | None = Field(None, alias="maxEvidencePerDocument", ge=1)
     context_char_budget: int | None = Field(None, alias="contextCharBudget", ge=100)
     expect_context_truncated: bool | None = Field(None, alias="expectContextTruncated")
+    # unanswerable cases: near = same products, a question the corpus does not answer; off = unrelated
+    negative: Literal["near", "off"] | None = None
 
     @field_validator("kb_scope")
     @classmethod

@@ -23,6 +23,11 @@ class CaseOutcome:
     fallback_triggered: bool = False
     evidence_status: str = ""
     strong_hit: bool = False
+    negative: str | None = None  # near | off for unanswerable cases
+    found: bool = False
+    weak_only: bool = False  # every delivered evidence is weak (relevance none)
+    candidate_doc_ids: list[str] = field(default_factory=list)  # selected attempt, first occurrence order
+    filtered_doc_ids: list[str] | None = None  # the FILTERED_VECTOR attempt's candidates, if there was one
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -30,6 +35,12 @@ class CaseOutcome:
 
 def ranked_docs(result: LookupResult) -> list[str]:
     return list(dict.fromkeys(e.doc_id for e in result.evidence))
+
+
+def candidate_docs(result: LookupResult, attempt: str | None = None) -> list[str]:
+    """Document ids of an attempt's ranked candidates (default: the selected attempt)."""
+    hits = result.candidates.get(attempt or result.retrieval_trace.selected_attempt, [])
+    return list(dict.fromkeys(h.doc_id for h in hits))
 
 
 def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseOutcome:
@@ -68,6 +79,12 @@ def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseO
     absent = [s for s in case.expected_context_sources if s not in result.context.included_sources]
     if absent:
         fails.append(f"context pack lacks {absent} (has {result.context.included_sources})")
+    fired = len(trace.attempts) > 1
+    if case.expect_fallback is not None and fired != case.expect_fallback:
+        fails.append(
+            f"fallback {'fired' if fired else 'did not fire'}, "
+            f"expected it {'to fire' if case.expect_fallback else 'not to fire'}"
+        )
     if case.expected_rerank_top_source is not None:
         top = result.evidence[0].source if result.evidence else None
         if top != case.expected_rerank_top_source:
@@ -101,7 +118,14 @@ def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseO
         first_expected_rank=first,
         selected_attempt=trace.selected_attempt,
         fallback_reason=trace.fallback_reason,
-        fallback_triggered=len(trace.attempts) > 1,
+        fallback_triggered=fired,
         evidence_status=agent.evidence_status,
         strong_hit=first is not None and first <= case.k and result.relevance_level == "PRECISE",
+        negative=case.negative,
+        found=result.found,
+        weak_only=bool(result.evidence) and all(e.weak for e in result.evidence),
+        candidate_doc_ids=candidate_docs(result),
+        filtered_doc_ids=candidate_docs(result, "FILTERED_VECTOR")
+        if "FILTERED_VECTOR" in result.candidates
+        else None,
     )

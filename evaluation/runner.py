@@ -14,10 +14,10 @@ from evaluation.cases import CaseFileError, GoldenCase
 from evaluation.judge import CaseOutcome, judge
 from evaluation.report import build_report
 from kbcore.settings import Settings
-from retrieval.contracts import LookupResult
+from retrieval.contracts import Hit, LookupResult
 from retrieval.projection import ProjectionLimits, project_for_agent
 
-FIXTURE_SCHEMA = "kbflow.eval-fixture/1"
+FIXTURE_SCHEMA = "kbflow.eval-fixture/2"
 EVAL_ROOT = Path(__file__).resolve().parent.parent / "eval" / "rag-retrieval"
 SEED_DOCS = Path(__file__).resolve().parent.parent / "seed-docs"
 
@@ -70,7 +70,9 @@ def fixture_source(fixtures_dir: Path) -> ResultSource:
         if raw is None:
             raise CaseFileError(f"case {case.id!r}: fixture {path}: field 'results.{mode}' is missing")
         try:
-            return LookupResult.model_validate(raw)
+            result = LookupResult.model_validate(raw)
+            result.candidates = _restore_candidates((data.get("candidates") or {}).get(mode, {}))
+            return result
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
@@ -106,6 +108,34 @@ def live_source(settings: Settings) -> ResultSource:
     return run
 
 
+def _compact_candidates(result: LookupResult) -> dict[str, list[list[Any]]]:
+    """Each attempt's ranked candidates as [evidenceKey, docId, kbScope, quality]: what the
+    eval reads of them, small enough to commit."""
+    return {
+        attempt: [[h.evidence_key, h.doc_id, h.kb_scope, h.quality_score] for h in hits]
+        for attempt, hits in result.candidates.items()
+    }
+
+
+def _restore_candidates(data: dict[str, list[list[Any]]]) -> dict[str, list[Hit]]:
+    return {
+        attempt: [
+            Hit(
+                evidence_key=key,
+                doc_id=doc,
+                kb_scope=scope,
+                source=doc,
+                original_rank=rank,
+                score=0.0,
+                score_label="hybrid",
+                quality_score=quality,
+            )
+            for rank, (key, doc, scope, quality) in enumerate(rows, start=1)
+        ]
+        for attempt, rows in data.items()
+    }
+
+
 def write_fixtures(fixtures_dir: Path, results: dict[str, dict[str, LookupResult]]) -> list[Path]:
     fixtures_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -115,6 +145,7 @@ def write_fixtures(fixtures_dir: Path, results: dict[str, dict[str, LookupResult
             "schema": FIXTURE_SCHEMA,
             "caseId": case_id,
             "results": {m: r.model_copy(update={"audit_id": None}).to_json() for m, r in by_mode.items()},
+            "candidates": {m: _compact_candidates(r) for m, r in by_mode.items()},
         }
         path.write_text(json.dumps(payload, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         written.append(path)
@@ -136,7 +167,9 @@ class EvalOutcome:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and (self.diff is None or self.diff["ok"])
+        """Against a baseline: no regression (a case that failed there may still fail, and is
+        listed). Without one: every case passes."""
+        return self.diff["ok"] if self.diff is not None else not self.failed
 
 
 def run_eval(

@@ -128,7 +128,13 @@ def test_live_eval_matches_baseline_and_degraded_pipeline_fails_the_gate(tmp_pat
     assert code == 0, diff_md.read_text()
     assert (tmp_path / "report.png").stat().st_size > 1000  # the chart beside the markdown
     live = json.loads(report.read_text())
-    assert live["modes"]["hybrid"]["metrics"]["pass_rate"] == 1.0
+    base = json.loads(BASELINE.read_text())
+    for mode in ("hybrid", "dense"):  # the live run reproduces the committed baseline case by case
+        assert [c["passed"] for c in live["modes"][mode]["cases"]] == [
+            c["passed"] for c in base["modes"][mode]["cases"]
+        ]
+    # cases that fail in the baseline too are listed as known failures, not regressions
+    assert "known failure (failed in the baseline too)" in capsys.readouterr().out
     fb = next(c for c in live["modes"]["hybrid"]["cases"] if c["case_id"] == "chat-l0-filter-fallback")
     assert fb["selected_attempt"] == "UNFILTERED_VECTOR_RETRY"
 
@@ -206,5 +212,6 @@ def test_beir_import_reports_metrics(tmp_path):
     (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td/2\t1\nq2\td3\t1\n")
     report = run_beir(data, "beir-tiny", Settings(home=tmp_path / "home"), ["hybrid"])
     assert report["documents"] == 3 and report["queries"] == 2
-    assert report["modes"]["hybrid"]["hit@k"] == 1.0  # the odd id "d/2" maps back through safe_id
+    # the odd id "d/2" maps back through safe_id
+    assert report["modes"]["hybrid"]["delivered"]["hit@k"] == 1.0
     assert safe_id("d/2") != "d/2"

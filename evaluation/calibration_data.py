@@ -1,0 +1,220 @@
+"""Labelled queries for `kbflow eval calibrate`, and how the result is shown.
+
+Queries come from the golden cases (answerable ones name their documents; unanswerable ones say
+`near` or `off`) and from a BEIR dataset (qrels) plus negative queries. Each query runs through
+the real lookup; what is kept is its candidates' gate signals and whether each is relevant.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evaluation.calibrate import CalibrationResult, LabelledQuery
+from kbcore.settings import Settings
+from retrieval.contracts import LookupResult
+from retrieval.gate import Calibration
+
+
+def _selected_hits(result: LookupResult) -> list:
+    return result.candidates.get(result.retrieval_trace.selected_attempt, [])
+
+
+def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
+    """The golden cases of scopes whose quality comes from the dense model (not lexical)."""
+    from evaluation.cases import load_cases
+    from evaluation.runner import EVAL_ROOT, seed_scopes
+    from retrieval.lookup import lookup_knowledge
+
+    cases = load_cases(EVAL_ROOT / "cases" / "golden-cases.json")
+    seed_scopes(settings, sorted({c.kb_scope for c in cases}))
+    out = []
+    for case in cases:
+        r = lookup_knowledge(
+            case.query, kb_scope=case.kb_scope, mode="hybrid", settings=settings, depth=depth
+        )
+        hits = _selected_hits(r)
+        if any(h.quality_signal == "lexical" for h in hits):
+            continue
+        kind = "answerable" if case.expected_doc_ids else (case.negative or "off")
+        expected = set(case.expected_doc_ids)
+        out.append(LabelledQuery(case.id, "golden", kind, [(h.signals, h.doc_id in expected) for h in hits]))
+    return out
+
+
+def beir_queries(
+    root: Path,
+    scope: str,
+    settings: Settings,
+    depth: int,
+    negatives: dict[str, tuple[str, str]],
+) -> list[LabelledQuery]:
+    """A BEIR dataset's judged queries (answerable) plus negatives, through the real lookup."""
+    from evaluation.beir import ingest_beir, load_beir, run_lookups
+
+    mapping, _summary = ingest_beir(root, scope, settings)
+    _corpus, queries, qrels = load_beir(root)
+    judged = {q: queries[q] for q in qrels if q in queries}
+    texts = {**judged, **{q: t for q, (t, _k) in negatives.items()}}
+    results = run_lookups(texts, scope, settings, "hybrid", depth, f"calibrate {scope}")
+    out = []
+    for qid, r in results.items():
+        rel = qrels.get(qid, {})
+        kind = "answerable" if qid in judged else negatives[qid][1]
+        hits = [(h.signals, mapping.get(h.doc_id, h.doc_id) in rel) for h in _selected_hits(r)]
+        out.append(LabelledQuery(qid, root.name if root.name != "beir" else root.parent.name, kind, hits))
+    return out
+
+
+def render(result: CalibrationResult) -> str:
+    """The distributions side by side, the chosen thresholds and what they achieve, in words."""
+    cal, rates = result.calibration, result.rates
+    lines = ["gate signals of each query's best candidate (answerable | near-domain | off-domain):", ""]
+    lines.append(
+        f"{'signal':9s} {'kind':10s} {'n':>4s} {'min':>6s} {'p10':>6s} {'median':>6s} {'p90':>6s} {'max':>6s}"
+    )
+    for signal, by_kind in result.distributions.items():
+        for kind, q in by_kind.items():
+            if q:
+                lines.append(
+                    f"{signal:9s} {kind:10s} {q['n']:>4d} {q['min']:>6.3f} {q['p10']:>6.3f} "
+                    f"{q['median']:>6.3f} {q['p90']:>6.3f} {q['max']:>6.3f}"
+                )
+    w = cal.weights
+    lines += [
+        "",
+        f"model: quality = sigmoid({w.get('bias', 0):+.3f} {w.get('cosine', 0):+.3f}*cosine "
+        f"{w.get('coverage', 0):+.3f}*coverage)",
+        f"thresholds: usable floor {cal.floor:.3f}, reference {cal.reference:.3f}, precise {cal.precise:.3f}",
+        f"objective: {rates['objective']}",
+        f"false no-evidence on answerable: {_pct(rates['false_no_evidence_rate'])} of {rates['answerable']}",
+        *(
+            f"true no-evidence {kind}-domain: {_pct(rates.get(f'true_no_evidence_rate_{kind}'))} "
+            f"of {rates.get(kind, 0)}"
+            for kind in ("near", "off")
+        ),
+        f"top-1 precision at reference: {_pct(rates['top1_precision_at_reference'])}, "
+        f"at precise: {_pct(rates['top1_precision_at_precise'])}",
+    ]
+    if not rates["objective_met"]:
+        lines.append("the objective cannot be met on this data: no floor keeps false no-evidence <= 2 %")
+    return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def write_chart(result: CalibrationResult, queries: Sequence[LabelledQuery], path: Path, pool: int) -> None:
+    """Left: each query's best candidate in (cosine, coverage) by kind, with the floor's line.
+    Right: histograms of the query quality by kind, with the three thresholds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from evaluation.calibrate import query_score
+
+    cal = result.calibration
+    colours = {"answerable": "tab:green", "near": "tab:orange", "off": "tab:red"}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5))
+    for kind, colour in colours.items():
+        group = [q for q in queries if q.kind == kind and q.hits]
+        best = [max(q.hits[:pool], key=lambda h: cal.quality(h[0]))[0] for q in group]
+        ax1.scatter(
+            [b["cosine"] for b in best], [b["coverage"] for b in best], s=12, c=colour, label=kind, alpha=0.7
+        )
+        ax2.hist(
+            [query_score(cal, q, pool) for q in group],
+            bins=20,
+            range=(0, 1),
+            alpha=0.5,
+            color=colour,
+            label=kind,
+        )
+    _floor_line(ax1, cal, np)
+    ax1.set_xlabel("cosine")
+    ax1.set_ylabel("query-term coverage")
+    ax1.legend()
+    for value, name in ((cal.floor, "floor"), (cal.reference, "reference"), (cal.precise, "precise")):
+        ax2.axvline(value, linestyle="--", color="black")
+        ax2.text(value, ax2.get_ylim()[1] * 0.9, name, rotation=90)
+    ax2.set_xlabel("gate quality of the best candidate")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _floor_line(ax: Any, cal: Calibration, np: Any) -> None:
+    w = cal.weights
+    if cal.kind != "logistic" or not w.get("coverage"):
+        return
+    z = np.log(cal.floor / (1 - cal.floor)) if 0 < cal.floor < 1 else 0.0
+    xs = np.linspace(0, 1, 50)
+    ax.plot(xs, (z - w["bias"] - w["cosine"] * xs) / w["coverage"], "k--", label="usable floor")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.05, 1.05)
+
+
+def collect(args: Any, settings: Settings, depth: int) -> tuple[list[LabelledQuery], list[str]]:
+    queries: list[LabelledQuery] = []
+    sources: list[str] = []
+    if args.golden:
+        queries += golden_queries(settings, depth)
+        sources.append("the golden cases")
+    if args.beir:
+        from evaluation.beir import load_negatives, negatives_from
+
+        negatives: dict[str, tuple[str, str]] = {}
+        if args.negatives:
+            negatives.update(load_negatives(Path(args.negatives)))
+        if args.negatives_from:
+            negatives.update(negatives_from(Path(args.negatives_from)))
+        queries += beir_queries(Path(args.beir), args.scope, settings, depth, negatives)
+        sources.append(f"BEIR {args.beir} ({len(negatives)} negatives)")
+    return queries, sources
+
+
+def calibrate_command(args: Any, settings: Settings) -> int:
+    """`kbflow eval calibrate`: exit 0 when the objective is met, 1 when it cannot be, 2 on bad input."""
+    import json
+
+    from evaluation.calibrate import calibrate
+    from kbcore.embedder import model_id_for
+    from kbcore.stores import open_stores
+    from retrieval import calibration
+
+    if not (args.golden or args.beir):
+        print("kbflow: error: give --golden, --beir DIR --scope S, or both", file=sys.stderr)
+        return 2
+    if args.beir and not args.scope:
+        print(
+            "kbflow: error: --beir needs --scope S (the scope the dataset is ingested into)", file=sys.stderr
+        )
+        return 2
+    pool = settings.retrieve_k
+    queries, sources = collect(args, settings, pool)
+    scope = args.scope if args.scope else "*"
+    result = calibrate(
+        queries,
+        model_id=model_id_for(settings.embedding_model),
+        kb_scope=scope,
+        pool=pool,
+        source=" + ".join(sources),
+    )
+    print(render(result))
+    if args.chart:
+        write_chart(result, queries, Path(args.chart), pool)
+        print(f"chart: {args.chart}")
+    export = getattr(args, "export", None)
+    if export:
+        Path(export).write_text(json.dumps(result.to_dict(), separators=(",", ":")) + "\n", encoding="utf-8")
+        print(f"calibration written to {export}")
+    if args.store:
+        calibration.store(open_stores(settings).sql, result.calibration, result.to_dict())
+        print(f"stored for model {result.calibration.model_id}, scope {scope}: lookups there use it now")
+    return 0 if result.rates["objective_met"] else 1
