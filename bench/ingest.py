@@ -12,6 +12,7 @@ and prints b/a (target <= 1.25: embedding is the floor on CPU) and c/b (target <
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import resource
 import shutil
@@ -111,6 +112,19 @@ def main() -> int:
     print(f"b/a = {b / a:.3f}  (target <= 1.25)")
     print(f"c/b = {c / b:.4f} (target <= 0.05)")
     print(f"peak RSS {rss:.0f} MiB")
+    summary = {
+        "bench": "ingest",
+        "metrics": {
+            "chunks": len(texts),
+            "encode_s": round(a, 2),
+            "full_reindex_s": round(b, 2),
+            "no_change_s": round(c, 3),
+            "peak_rss_mib": round(rss),
+        },
+        "ratios": {"full_over_encode": round(b / a, 3), "no_change_over_full": round(c / b, 4)},
+        "targets": {"full_over_encode": "<= 1.25", "no_change_over_full": "<= 0.05"},
+    }
+    print(json.dumps(summary))
     close_all()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

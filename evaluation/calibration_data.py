@@ -175,7 +175,8 @@ def collect(args: Any, settings: Settings, depth: int) -> tuple[list[LabelledQue
         if args.negatives_from:
             negatives.update(negatives_from(Path(args.negatives_from)))
         queries += beir_queries(Path(args.beir), args.scope, settings, depth, negatives)
-        sources.append(f"BEIR {args.beir} ({len(negatives)} negatives)")
+        name = Path(args.beir).name if Path(args.beir).name != "beir" else Path(args.beir).parent.name
+        sources.append(f"BEIR {name} ({len(negatives)} negatives)")
     return queries, sources
 
 
@@ -198,7 +199,8 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         return 2
     pool = settings.retrieve_k
     queries, sources = collect(args, settings, pool)
-    scope = args.scope if args.scope else "*"
+    # exported, a calibration is a default for any scope of the model
+    scope = "*" if getattr(args, "export", None) or not args.scope else args.scope
     result = calibrate(
         queries,
         model_id=model_id_for(settings.embedding_model),

@@ -102,6 +102,28 @@ def mode_metrics(pairs: Sequence[tuple[GoldenCase, CaseOutcome]]) -> dict[str, A
     }
 
 
+def mode_differences(per_mode: dict[str, list[tuple[GoldenCase, CaseOutcome]]]) -> list[dict[str, Any]]:
+    """Where dense and hybrid rank differently (top 10 candidate documents): the report shows
+    where the modes part, and a run in which they stop parting is a regression."""
+    if not {"hybrid", "dense"} <= set(per_mode):
+        return []
+    dense = {c.id: o for c, o in per_mode["dense"]}
+    out = []
+    for case, o in per_mode["hybrid"]:
+        d = dense.get(case.id)
+        if d is not None and o.candidate_doc_ids[:10] != d.candidate_doc_ids[:10]:
+            out.append(
+                {
+                    "case_id": case.id,
+                    "hybrid_top3": o.candidate_doc_ids[:3],
+                    "dense_top3": d.candidate_doc_ids[:3],
+                    "hybrid_passed": o.passed,
+                    "dense_passed": d.passed,
+                }
+            )
+    return out
+
+
 def build_report(source: str, per_mode: dict[str, list[tuple[GoldenCase, CaseOutcome]]]) -> dict[str, Any]:
     return {
         "schema": REPORT_SCHEMA,
@@ -111,6 +133,7 @@ def build_report(source: str, per_mode: dict[str, list[tuple[GoldenCase, CaseOut
             mode: {"metrics": mode_metrics(pairs), "cases": [o.to_dict() for _, o in pairs]}
             for mode, pairs in per_mode.items()
         },
+        "mode_differences": mode_differences(per_mode),
     }
 
 
@@ -163,6 +186,15 @@ def report_markdown(report: dict[str, Any], chart_name: str | None = None) -> st
         )
     if chart_name:
         lines += ["", f"![metrics per mode]({chart_name})"]
+    diffs = report.get("mode_differences") or []
+    if diffs:
+        lines += ["", f"## Where dense and hybrid differ ({len(diffs)} cases)", ""]
+        lines += ["| case | hybrid top 3 | dense top 3 | hybrid | dense |", "|---|---|---|---|---|"]
+        for d in diffs:
+            lines.append(
+                f"| {d['case_id']} | {', '.join(d['hybrid_top3'])} | {', '.join(d['dense_top3'])} | "
+                f"{'✅' if d['hybrid_passed'] else '❌'} | {'✅' if d['dense_passed'] else '❌'} |"
+            )
     for mode in modes:
         lines += [
             "",
@@ -256,6 +288,12 @@ def diff_reports(current: dict[str, Any], baseline: dict[str, Any]) -> dict[str,
                     f"{cur[cid]['selected_attempt']}"
                 )
         cm, bm = current["modes"][mode]["metrics"], baseline["modes"][mode]["metrics"]
+        collapsed = baseline.get("mode_differences") and not current.get("mode_differences")
+        if mode == "dense" and collapsed and "hybrid" in current["modes"]:
+            regressions.append(
+                f"dense and hybrid now rank every case alike (the baseline differed on "
+                f"{len(baseline['mode_differences'])} cases): is one mode running the other?"
+            )
         for key in METRIC_KEYS:
             a, b = cm.get(key), bm.get(key)
             if a is None or b is None or abs(a - b) <= TOLERANCE:

@@ -449,8 +449,9 @@ def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
             highlight=False,
         )
         for e in data["evidence"]:
+            weak = " weak" if e.get("weak") else ""
             console.print(
-                f"- {e['evidence_key']} ({e['quality_score']:.2f}) {e['breadcrumb']}", highlight=False
+                f"- {e['evidence_key']} ({e['quality_score']:.2f}{weak}) {e['breadcrumb']}", highlight=False
             )
         return
     trace = data["retrievalTrace"]
@@ -462,6 +463,7 @@ def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
         + (f" — L0 category {trace['l0']['categoryFilter']}" if trace["l0"]["categoryFilter"] else ""),
         highlight=False,
     )
+    _print_gate(trace, console)
     if not data["found"]:
         console.print(data["message"], highlight=False)
         return
@@ -474,10 +476,29 @@ def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
             e["evidenceKey"],
             e["breadcrumb"],
             e["headingPath"],
-            f"{e['qualityScore']:.2f}",
+            f"{e['qualityScore']:.2f}" + (" weak" if e.get("weak") else ""),
             ", ".join(e["hitReasons"]),
         )
     console.print(table)
+    if all(e.get("weak") for e in data["evidence"]):
+        console.print("all evidence is weak (below the reference threshold): corroborate before acting")
+
+
+def _print_gate(trace: dict[str, Any], console: Any) -> None:
+    """The gate's decision in words, with the signals and thresholds it came from."""
+    gate = trace.get("gate")
+    if not gate:
+        return
+    line = f"gate: {gate['decision']}"
+    if gate.get("topEvidenceKey"):
+        signals = ", ".join(f"{k} {v:.2f}" for k, v in gate["topSignals"].items())
+        line += (
+            f" — best {gate['topEvidenceKey']} ({signals}) quality {gate['topQuality']:.2f};"
+            f" floor {gate['floor']:.2f}, reference {gate['reference']:.2f}, precise {gate['precise']:.2f}"
+        )
+    console.print(line, highlight=False)
+    for scope, label in trace.get("calibrations", {}).items():
+        console.print(f"  calibration for scope {scope}: {label}", highlight=False, markup=False)
 
 
 def _eval(args: argparse.Namespace, settings: Any) -> int:

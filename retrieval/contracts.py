@@ -95,6 +95,19 @@ class AttemptTrace(Contract):
     elapsed_ms: float = 0.0
 
 
+class GateTrace(Contract):
+    """The gate's decision in words, with what it was made from: the best candidate's signals
+    and quality, the thresholds of its scope's calibration."""
+
+    decision: str  # PRECISE | REFERENCE | weak evidence only | no usable evidence
+    top_evidence_key: str | None = None
+    top_signals: dict[str, float] = Field(default_factory=dict)
+    top_quality: float | None = None
+    floor: float | None = None
+    reference: float | None = None
+    precise: float | None = None
+
+
 class RetrievalTrace(Contract):
     l0: L0Navigation
     attempts: list[AttemptTrace]
@@ -102,6 +115,7 @@ class RetrievalTrace(Contract):
     fallback_reason: FallbackReason | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)
     calibrations: dict[str, str] = Field(default_factory=dict)  # scope -> the gate calibration used
+    gate: GateTrace | None = None
 
 
 class RerankTrace(Contract):

@@ -32,7 +32,14 @@ from retrieval.contracts import (
 from retrieval.gate import Calibration
 from retrieval.l0_navigation import navigate
 from retrieval.packing import pack
-from retrieval.postprocess import PostprocessConfig, Processed, attach_l0_reasons, postprocess, score_hits
+from retrieval.postprocess import (
+    PostprocessConfig,
+    Processed,
+    attach_l0_reasons,
+    gate_trace,
+    postprocess,
+    score_hits,
+)
 from retrieval.rerank import NoopReranker, Reranker, run_rerank
 from retrieval.search import ScopeTarget, SearchSpec, search_attempt
 
@@ -232,6 +239,7 @@ class Retriever:
                 fallback_reason=fallback_reason,
                 timings_ms=timer.timings,
                 calibrations={sc: c.label for sc, c in cals.items()},
+                gate=gate_trace(selected, cals),
             ),
             rerank_trace=rerank_trace,
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from retrieval.contracts import Evidence, Hit, L0Navigation, RelevanceLevel
+from retrieval.contracts import Evidence, GateTrace, Hit, L0Navigation, RelevanceLevel
 from retrieval.gate import Calibration, query_terms, signals_for
 from retrieval.quality import lexical_coverage
 
@@ -108,4 +108,24 @@ def postprocess(
             break
     return Processed(
         ranked=ranked, evidence=evidence, top_quality=top, relevance_level=level, low_quality=level is None
+    )
+
+
+def gate_trace(processed: Processed, calibrations: Mapping[str, Calibration]) -> GateTrace:
+    best = max(processed.ranked, key=lambda h: h.quality_score or 0.0, default=None)
+    if processed.relevance_level:
+        decision = processed.relevance_level
+    else:
+        decision = "weak evidence only" if processed.evidence else "no usable evidence"
+    if best is None:
+        return GateTrace(decision=decision)
+    cal = calibrations[best.kb_scope]
+    return GateTrace(
+        decision=decision,
+        top_evidence_key=best.evidence_key,
+        top_signals=dict(best.signals),
+        top_quality=round(best.quality_score or 0.0, 4),
+        floor=cal.floor,
+        reference=cal.reference,
+        precise=cal.precise,
     )

@@ -172,3 +172,40 @@ def test_filtered_attempt_with_no_candidates_says_no_evidence(seeded, monkeypatc
     assert r.retrieval_trace.fallback_reason == "filtered_vector_no_evidence"
     assert r.retrieval_trace.attempts[0].candidate_count == 0
     assert r.found and docs(r)[0] == "kafka-consumer-lag"
+
+
+def test_lookups_use_the_scope_calibration_and_say_which(seeded):
+    from retrieval import calibration
+    from retrieval.gate import Calibration
+
+    query = "kafka consumer group lag growing"
+    r = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded)
+    assert "golden" in r.retrieval_trace.calibrations["rag-eval"]  # the packaged default
+    assert set(r.evidence[0].signals) == {"cosine", "coverage"}
+    strict = Calibration(
+        kind="logistic",
+        weights={"bias": -6.0, "cosine": 6.0, "coverage": 1.0},
+        floor=0.99,
+        model_id=r_model(seeded),
+        kb_scope="rag-eval",
+        source="test: nothing passes",
+    )
+    stores = open_stores(seeded)
+    calibration.store(stores.sql, strict, {"queries": 0})
+    try:
+        gated = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded)
+        assert "test: nothing passes" in gated.retrieval_trace.calibrations["rag-eval"]
+        assert not gated.found and gated.message.startswith("No usable evidence")
+        other = lookup_knowledge(query, kb_scope="other-team", settings=seeded)
+        assert "golden" in other.retrieval_trace.calibrations["other-team"]  # per scope
+    finally:
+        from kbcore.sql import CalibrationRow
+
+        with stores.sql.session() as s, s.begin():
+            s.execute(CalibrationRow.__table__.delete())
+
+
+def r_model(settings: Settings) -> str:
+    from kbcore.embedder import model_id_for
+
+    return model_id_for(settings.embedding_model)
