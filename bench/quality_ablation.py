@@ -31,7 +31,7 @@ BM25_ONLY = {"KBFLOW_FUSION": "rrf", "KBFLOW_DENSE_WEIGHT": "0.000001", "KBFLOW_
 
 # (row name, environment, mode); the first row is the default pipeline
 ROWS: list[tuple[str, dict[str, str], str]] = [
-    ("default: convex 0.5 + lexical trust, stem+ids+fields", {}, "hybrid"),
+    ("default: convex 0.5 + lexical trust, stem+ids+fields, depth 100", {}, "hybrid"),
     ("dense only", {}, "dense"),
     ("BM25 only (stem+ids+fields)", BM25_ONLY, "hybrid"),
     (
@@ -52,8 +52,10 @@ ROWS: list[tuple[str, dict[str, str], str]] = [
     ("fusion: convex 0.5, lexical trust off", {"KBFLOW_LEXICAL_TRUST": "false"}, "hybrid"),
     ("fusion: convex 0.7 dense", {"KBFLOW_DENSE_WEIGHT": "0.7", "KBFLOW_SPARSE_WEIGHT": "0.3"}, "hybrid"),
     ("fusion: convex 0.3 dense", {"KBFLOW_DENSE_WEIGHT": "0.3", "KBFLOW_SPARSE_WEIGHT": "0.7"}, "hybrid"),
-    ("retrieve_k 50", {"KBFLOW_RETRIEVE_K": "50"}, "hybrid"),
-    ("retrieve_k 100", {"KBFLOW_RETRIEVE_K": "100"}, "hybrid"),
+    # BEIR rows run at depth 100 whatever retrieve_k is; these fetch what production fetches
+    ("retrieve_k 20 (the default), CACM at depth 20", {"DEPTH": "20"}, "hybrid"),
+    ("retrieve_k 50, CACM at depth 50", {"KBFLOW_RETRIEVE_K": "50", "DEPTH": "50"}, "hybrid"),
+    ("retrieve_k 100, CACM at depth 100", {"KBFLOW_RETRIEVE_K": "100"}, "hybrid"),
     ("max_chunks_per_document 1", {"KBFLOW_MAX_CHUNKS_PER_DOCUMENT": "1"}, "hybrid"),
     ("max_chunks_per_document 3", {"KBFLOW_MAX_CHUNKS_PER_DOCUMENT": "3"}, "hybrid"),
 ]
@@ -62,12 +64,18 @@ ANALYSIS_KEYS = ("KBFLOW_LEXICAL_ANALYSIS", "KBFLOW_LEXICAL_FIELDS")
 
 def analysis_key(env: dict[str, str]) -> str:
     """Which index a row needs: rows that change the analysis get their own."""
-    parts = [env.get(k, "") for k in ANALYSIS_KEYS]
+    parts = [env.get(k, "") for k in ANALYSIS_KEYS if k.startswith("KBFLOW_")]
     return "-".join(p.replace("+", "") for p in parts if p) or "default"
 
 
 def kbflow(args: list[str], env: dict[str, str]) -> dict:
-    full_env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", **env}
+    settings_env = {k: v for k, v in env.items() if k.startswith("KBFLOW_")}
+    full_env = {
+        **os.environ,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "HF_HUB_OFFLINE": "1",
+        **settings_env,
+    }
     out = subprocess.run(
         [sys.executable, "-m", "flows.cli", *args, "--json"],
         cwd=REPO,
@@ -97,7 +105,7 @@ def golden_row(home: Path, env: dict[str, str], mode: str) -> tuple[dict, str]:
 
 def cacm_row(home: Path, env: dict[str, str], mode: str) -> tuple[dict, str]:
     scope = f"cacm-{analysis_key(env)}"
-    args = ["eval", "--beir", str(CACM), "--scope", scope, "--mode", mode, "--depth", "100"]
+    args = ["eval", "--beir", str(CACM), "--scope", scope, "--mode", mode, "--depth", env.get("DEPTH", "100")]
     args += ["--negatives", str(NEGATIVES), "--home", str(home / "cacm")]
     m = kbflow(args, env)["modes"][mode]
     c, ne = m["candidates"], m["no_evidence"]
@@ -122,7 +130,7 @@ def table(name: str, rows: list[tuple[str, dict[str, str], dict, str]]) -> list[
     cols = list(rows[0][2])
     lines = [f"### {name}", "", "| variant | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for label, env, row, _cmd in rows:
-        env_txt = " ".join(f"{k}={v}" for k, v in env.items())
+        env_txt = " ".join(f"{k}={v}" for k, v in env.items() if k.startswith("KBFLOW_"))
         lines.append(
             f"| {label}"
             + (f" (`{env_txt}`)" if env_txt else "")

@@ -130,16 +130,22 @@ def run_legs(
 TRUST_TOP = 5  # BM25 hits whose query-term coverage sets the leg's trust
 
 
+TRUST_TERMS = 3  # matching this many of the query's terms earns the BM25 leg full weight
+
+
 def lexical_trust(query: str, sparse: Leg) -> float:
-    """The best query-term coverage among the BM25 leg's top hits, in [0, 1]. A query whose
-    words the corpus does not use (a paraphrase) still gets BM25 hits on its few common words;
-    they deserve little weight. An identifier or error string covered whole keeps full weight."""
+    """How far to trust the BM25 leg, in [0, 1], from its top hits. A paraphrase that shares one
+    common word with the corpus still gets BM25 hits; they deserve little weight. A hit that
+    contains the query's terms — all of a short query (an identifier, an error string) or
+    TRUST_TERMS of a long question — earns full weight. Counting terms as well as the share keeps
+    long natural-language queries, whose best hits cover only part of them, at full weight."""
     terms = query_terms(query)
-    rows = [_entity(h) for h in sparse.rows[:TRUST_TOP]]
-    return max(
-        (coverage(terms, e.get("title", ""), e.get("breadcrumb", ""), e.get("text", "")) for e in rows),
-        default=0.0,
-    )
+    best = 0.0
+    for h in sparse.rows[:TRUST_TOP]:
+        e = _entity(h)
+        share = coverage(terms, e.get("title", ""), e.get("breadcrumb", ""), e.get("text", ""))
+        best = max(best, share, min(1.0, share * len(terms) / TRUST_TERMS))
+    return best
 
 
 def fuse_legs(
