@@ -31,7 +31,7 @@ BM25_ONLY = {"KBFLOW_FUSION": "rrf", "KBFLOW_DENSE_WEIGHT": "0.000001", "KBFLOW_
 
 # (row name, environment, mode); the first row is the default pipeline
 ROWS: list[tuple[str, dict[str, str], str]] = [
-    ("default: convex 0.5 + lexical trust, stem+ids+fields, depth 100", {}, "hybrid"),
+    ("default: convex 0.7 + lexical trust, stem+ids+fields, depth 100", {}, "hybrid"),
     ("dense only", {}, "dense"),
     ("BM25 only (stem+ids+fields)", BM25_ONLY, "hybrid"),
     (
@@ -49,9 +49,16 @@ ROWS: list[tuple[str, dict[str, str], str]] = [
         "hybrid",
     ),
     ("fusion: RRF k=20", {"KBFLOW_FUSION": "rrf", "KBFLOW_RRF_K": "20"}, "hybrid"),
-    ("fusion: convex 0.5, lexical trust off", {"KBFLOW_LEXICAL_TRUST": "false"}, "hybrid"),
-    ("fusion: convex 0.7 dense", {"KBFLOW_DENSE_WEIGHT": "0.7", "KBFLOW_SPARSE_WEIGHT": "0.3"}, "hybrid"),
-    ("fusion: convex 0.3 dense", {"KBFLOW_DENSE_WEIGHT": "0.3", "KBFLOW_SPARSE_WEIGHT": "0.7"}, "hybrid"),
+    ("fusion: convex 0.7, lexical trust off", {"KBFLOW_LEXICAL_TRUST": "false"}, "hybrid"),
+    ("fusion: convex 0.6", {"KBFLOW_CONVEX_ALPHA": "0.6"}, "hybrid"),
+    ("fusion: convex 0.5", {"KBFLOW_CONVEX_ALPHA": "0.5"}, "hybrid"),
+    (
+        "fusion: convex 0.5, lexical trust off",
+        {"KBFLOW_CONVEX_ALPHA": "0.5", "KBFLOW_LEXICAL_TRUST": "false"},
+        "hybrid",
+    ),
+    ("fusion: convex 0.8", {"KBFLOW_CONVEX_ALPHA": "0.8"}, "hybrid"),
+    ("fusion: convex 0.3", {"KBFLOW_CONVEX_ALPHA": "0.3"}, "hybrid"),
     # BEIR rows run at depth 100 whatever retrieve_k is; these fetch what production fetches
     ("retrieve_k 20 (the default), CACM at depth 20", {"DEPTH": "20"}, "hybrid"),
     ("retrieve_k 50, CACM at depth 50", {"KBFLOW_RETRIEVE_K": "50", "DEPTH": "50"}, "hybrid"),

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     lexical_trust: bool = Field(
         True, description="Weight the BM25 leg by the share of the query its best hits contain."
     )
+    convex_alpha: float = Field(
+        0.7, gt=0, lt=1, description="Convex fusion: the dense leg's share (before the weights and trust)."
+    )
     rrf_k: int = Field(60, ge=1)
     dense_weight: float = Field(1.0, gt=0)
     sparse_weight: float = Field(1.0, gt=0)

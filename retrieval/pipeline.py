@@ -171,6 +171,7 @@ class Retriever:
             dense_weight=s.dense_weight,
             sparse_weight=s.sparse_weight,
             fusion=s.fusion,
+            convex_alpha=s.convex_alpha,
             lexical_trust=s.lexical_trust,
         )
         cals = {tg.kb_scope: self.calibrations[tg.kb_scope] for tg in targets}

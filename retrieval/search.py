@@ -45,6 +45,7 @@ class SearchSpec:
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
     fusion: str = "rrf"  # rrf | convex
+    convex_alpha: float = 0.7  # convex: the dense leg's share at equal weights and full trust
     lexical_trust: bool = True  # scale the BM25 leg by how much of the query its best hits contain
 
 
@@ -167,7 +168,7 @@ def fuse_legs(
         fused = convex(
             cosine,
             {i: abs(s) for i, s in zip(sparse_ids, sparse.scores, strict=True)},
-            spec.dense_weight / (spec.dense_weight + spec.sparse_weight * trust),
+            _alpha(spec, trust),
         )
     else:
         fused = rrf([dense_ids, sparse_ids], [spec.dense_weight, spec.sparse_weight * trust], spec.rrf_k)
@@ -175,6 +176,13 @@ def fuse_legs(
     s_rank = {i: r for r, i in enumerate(sparse_ids, start=1)}
     s_score = {i: abs(v) for i, v in zip(sparse_ids, sparse.scores, strict=True)}
     return [(by_id[i], s, d_rank.get(i), s_rank.get(i), s_score.get(i)) for i, s in fused]
+
+
+def _alpha(spec: SearchSpec, trust: float) -> float:
+    """The dense share of a convex fusion: `convex_alpha` at equal weights and full trust."""
+    dense = spec.convex_alpha * spec.dense_weight
+    sparse = (1 - spec.convex_alpha) * spec.sparse_weight * trust
+    return dense / (dense + sparse)
 
 
 def search_attempt(
