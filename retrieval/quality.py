@@ -33,6 +33,10 @@ STOPWORDS = frozenset(
 )
 
 
+def has_cjk(text: str) -> bool:
+    return bool(_CJK.search(text))
+
+
 def canonical_label(label: str) -> str:
     try:
         return LEGACY_LABELS[label.strip().lower()]

@@ -22,6 +22,7 @@ from kbcore.validation import eq, validate_category, validate_scope
 from retrieval.contracts import Hit
 from retrieval.fusion import convex, rrf
 from retrieval.gate import coverage, query_terms
+from retrieval.quality import has_cjk
 
 OUTPUT_FIELDS = ms.SCALAR_FIELDS
 HIT_FIELDS = [*OUTPUT_FIELDS, "dense"]
@@ -129,8 +130,6 @@ def run_legs(
 
 
 TRUST_TOP = 5  # BM25 hits whose query-term coverage sets the leg's trust
-
-
 TRUST_TERMS = 3  # matching this many of the query's terms earns the BM25 leg full weight
 
 
@@ -153,7 +152,9 @@ def fuse_legs(
     dense: Leg, sparse: Leg, vector: np.ndarray, spec: SearchSpec, query: str = ""
 ) -> list[tuple[dict, float, int | None, int | None, float | None]]:
     """(row, fused score, dense rank, BM25 rank, BM25 score magnitude) best first."""
-    trust = lexical_trust(query, sparse) if spec.lexical_trust and sparse.rows else 1.0
+    # Chinese text is cut by jieba inside Milvus, not by our analysis: coverage cannot judge it
+    judge = spec.lexical_trust and sparse.rows and not has_cjk(query)
+    trust = lexical_trust(query, sparse) if judge else 1.0
     by_id: dict[str, dict] = {}
     for h in [*sparse.rows, *dense.rows]:
         by_id[_entity(h)["id"]] = h

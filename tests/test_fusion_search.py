@@ -64,3 +64,26 @@ def test_convex_combination_of_min_max_scores():
     assert fused["b"] == pytest.approx(0.5 * 0.0 + 0.5 * 1.0)
     assert fused["c"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.0)
     assert [i for i, _ in convex({"a": 0.9, "b": 0.5}, {"b": 1.0, "a": 0.0}, alpha=0.9)][0] == "a"
+
+
+def _leg(*texts: str):
+    from retrieval.search import Leg
+
+    return Leg(
+        [{"id": f"d{i}", "title": "", "breadcrumb": "", "text": t} for i, t in enumerate(texts)],
+        [1.0] * len(texts),
+    )
+
+
+def test_lexical_trust_follows_how_much_of_the_query_bm25_found():
+    from retrieval.search import lexical_trust
+
+    # an alert name covered whole: full trust
+    assert lexical_trust("KubePodCrashLooping", _leg("KubePodCrashLooping fires when pods crash loop")) == 1.0
+    # a paraphrase sharing one common word with the corpus: little trust
+    low = lexical_trust("the machine ran out of room to write files", _leg("files are rotated daily"))
+    assert 0 < low < 0.5
+    # a long question whose best hit matches three of its terms: full trust although the share is low
+    question = "articles about time sharing operating systems for large computers and their scheduling"
+    assert lexical_trust(question, _leg("time sharing system scheduling")) == 1.0
+    assert lexical_trust("anything", _leg()) == 0.0
