@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from kbcore.analysis import LexicalConfig, analyze
@@ -90,12 +91,21 @@ def query_terms(query: str) -> set[str]:
     return set(analyze(query).split())
 
 
+_FIELDS = LexicalConfig("stem+ids", True)
+
+
+@lru_cache(maxsize=8192)
+def chunk_terms(title: str, breadcrumb: str, text: str) -> frozenset[str]:
+    """A chunk's analysed terms; cached, since the same chunks come back across lookups and
+    both the fusion's trust and the gate ask for them."""
+    return frozenset(_FIELDS.index_text(title, breadcrumb, text).split())
+
+
 def coverage(q_terms: set[str], title: str, breadcrumb: str, text: str) -> float:
     """Share of the query's analysed terms present in the chunk's analysed lexical text."""
     if not q_terms:
         return 0.0
-    doc = set(LexicalConfig("stem+ids", True).index_text(title, breadcrumb, text).split())
-    return len(q_terms & doc) / len(q_terms)
+    return len(q_terms & chunk_terms(title, breadcrumb, text)) / len(q_terms)
 
 
 def cosine_from_l2(l2: float | None) -> float:
