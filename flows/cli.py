@@ -358,7 +358,7 @@ def _run_with_progress(reindex: Any, args: argparse.Namespace, settings: Any, co
 
         def progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                tasks[stage] = bar.add_task(f"{stage} chunks", total=total)
+                tasks[stage] = bar.add_task(stage if stage == "rebuild" else f"{stage} chunks", total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
         return reindex(

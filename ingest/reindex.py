@@ -442,6 +442,8 @@ def apply_full(
     embedder = stores.embedder
     physical = ms.new_physical_name(alias)
     ms.create_collection(client, physical, embedder.dim, analyzer)
+    if progress:
+        progress("rebuild", 1, 3)  # new collection created, nothing served from it yet
     try:
         all_docs = plan.docs
         chunks, vectors = _embed_docs(stores, all_docs, summary, progress, encoder)
@@ -462,6 +464,8 @@ def apply_full(
         client.drop_collection(physical)  # the alias never pointed here: nothing served is lost
         raise
     ms.point_alias(client, alias, physical)
+    if progress:
+        progress("rebuild", 2, 3)  # the alias serves the new collection
     p_hash = pipeline_hash(s)
     with stores.sql.session() as session, session.begin():
         _finish_records(session, plan, all_docs, chunks, p_hash)
@@ -469,6 +473,8 @@ def apply_full(
             session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
         )
     ms.drop_unaliased(client, alias)
+    if progress:
+        progress("rebuild", 3, 3)  # the old collection is dropped
     summary.physical_collection = physical
     _count(summary, plan, full=True)
     return summary

@@ -6,6 +6,7 @@ paths/ids of failed files are kept so the writer leaves their last good version 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,14 +42,24 @@ class ScanResult:
         return {d.kb_scope for d in self.documents}
 
 
+def normalize_root(root: str | Path) -> str:
+    """The form a root is recorded in: absolute, `~` expanded, `..` folded, symlinks kept.
+
+    Symlinks are kept on purpose: a `current -> release-N` root stays one root when the link
+    moves, so a file deleted in the new release is removed, not orphaned under the old one."""
+    return os.path.normpath(os.path.abspath(os.path.expanduser(str(root))))
+
+
 def resolve_roots(roots: Sequence[str | Path]) -> list[Path]:
     out = []
     for r in roots:
-        p = Path(r).expanduser().resolve()
+        p = Path(normalize_root(r))
         if not p.exists():
             raise RootError(f"root {r} does not exist")
         if not p.is_dir():
             raise RootError(f"root {r} is not a directory")
+        if not os.access(p, os.R_OK | os.X_OK):
+            raise RootError(f"root {r} cannot be read (permission denied); nothing was changed")
         out.append(p)
     return out
 
