@@ -31,12 +31,12 @@ SETTING_NAMES = (
 )
 Qrels = Mapping[str, Mapping[str, int]]
 Negatives = Mapping[str, tuple[str, str]]  # qid -> (text, kind)
-Ids = Mapping[str, str]  # kbflow doc id -> original id
+Ids = Mapping[str, str]  # kbflow doc id -> original id (the same string: sources are kept as written)
 Results = Mapping[str, Any]  # qid -> LookupResult
 
 
 def safe_id(raw: str) -> str:
-    """BEIR ids are free-form; kbflow doc ids are [A-Za-z0-9_-]{1,64}."""
+    """A file name for a free-form BEIR id (the id itself stays the document's source)."""
     if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", raw):
         return raw
     slug = re.sub(r"[^A-Za-z0-9_-]+", "-", raw).strip("-")[:50] or "doc"
@@ -120,21 +120,22 @@ def negatives_from(root: Path) -> dict[str, tuple[str, str]]:
 
 
 def write_markdown_corpus(corpus: Sequence[dict], out: Path, scope: str) -> dict[str, str]:
-    """One Markdown file per BEIR document; returns kbflow doc id -> original id. Files of
-    documents no longer in the corpus are removed, so the scope mirrors this dataset."""
+    """One Markdown file per BEIR document, its `source` the dataset's own id; returns file
+    stem -> id. Files of documents no longer in the corpus are removed, so the scope mirrors
+    this dataset."""
     out.mkdir(parents=True, exist_ok=True)
     mapping: dict[str, str] = {}
     for doc in corpus:
         original = str(doc["_id"])
-        doc_id = safe_id(original)
-        if doc_id in mapping:
+        stem = safe_id(original)
+        if stem in mapping:
             raise CaseFileError(f"corpus.jsonl: duplicate document id {original!r}")
-        mapping[doc_id] = original
+        mapping[stem] = original
         title = " ".join(str(doc.get("title") or "").split())
         body = f"# {title}\n\n{doc.get('text') or ''}\n" if title else f"{doc.get('text') or ''}\n"
-        fm = {"source": doc_id, "kb_scope": scope, "title": title or doc_id}
+        fm = {"source": original, "kb_scope": scope, "title": title or original}
         front = yaml.safe_dump(fm, allow_unicode=True, sort_keys=False)
-        (out / f"{doc_id}.md").write_text(f"---\n{front}---\n{body}", encoding="utf-8")
+        (out / f"{stem}.md").write_text(f"---\n{front}---\n{body}", encoding="utf-8")
     for stale in out.glob("*.md"):
         if stale.stem not in mapping:
             stale.unlink()
@@ -150,13 +151,13 @@ def ingest_beir(
 
     corpus = corpus if corpus is not None else load_beir(root)[0]
     out = settings.home / "beir" / scope
-    mapping = write_markdown_corpus(corpus, out, scope)
+    stems = write_markdown_corpus(corpus, out, scope)
     summary = reindex([out], scope=scope, settings=settings).to_dict()
     summary["failed_documents"] = [
-        {"doc_id": mapping.get(Path(f["path"]).stem), "path": f["path"], "reason": f["reason"]}
+        {"doc_id": stems.get(Path(f["path"]).stem), "path": f["path"], "reason": f["reason"]}
         for f in summary.get("failed", [])
     ]
-    return mapping, summary
+    return {original: original for original in stems.values()}, summary
 
 
 def run_lookups(

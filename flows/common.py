@@ -34,7 +34,21 @@ def summary_markdown(summary: ReindexSummary) -> str:
             for s in summary.scopes.values()
         ]
         lines.append("")
+    if summary.removed_docs:
+        lines += ["## Removed", "", "| scope | source | path |", "|---|---|---|"]
+        lines += [
+            f"| {d['kb_scope']} | {_cell(d['doc_id'])} | {_cell(d['path'])} |" for d in summary.removed_docs
+        ]
+        lines.append("")
+    if summary.warnings:
+        lines += ["## Warnings", "", "| file | warning |", "|---|---|"]
+        lines += [f"| {_cell(w['path'])} | {_cell(w['reason'])} |" for w in summary.warnings]
+        lines.append("")
     if summary.failed:
         lines += ["## Failed", "", "| file | reason |", "|---|---|"]
         lines += [f"| {f['path']} | {f['reason'].replace('|', '/')} |" for f in summary.failed]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

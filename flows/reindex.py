@@ -86,7 +86,14 @@ def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
     return encode
 
 
-def _reindex(roots: list[str], scope: str | None, full: bool, home: str | None, parallel: bool) -> State:
+def _reindex(
+    roots: list[str],
+    scope: str | None,
+    full: bool,
+    home: str | None,
+    parallel: bool,
+    allow_mass_delete: bool = False,
+) -> State:
     logger = get_run_logger()
     settings = Settings(**({"home": home} if home else {}))
     stores = open_stores(settings)
@@ -104,7 +111,13 @@ def _reindex(roots: list[str], scope: str | None, full: bool, home: str | None, 
             return index_scope_task(*args, **kwargs)
 
     summary: ReindexSummary = reindex(
-        roots, scope=scope, full=full, settings=settings, stores=stores, scope_runner=run_scope
+        roots,
+        scope=scope,
+        full=full,
+        settings=settings,
+        stores=stores,
+        scope_runner=run_scope,
+        allow_mass_delete=allow_mass_delete,
     )
     create_markdown_artifact(
         key="reindex-summary", markdown=summary_markdown(summary), description="kbflow reindex summary"
@@ -129,18 +142,27 @@ def _reindex(roots: list[str], scope: str | None, full: bool, home: str | None, 
 
 @flow(name="reindex")
 def reindex_flow(
-    roots: list[str], scope: str | None = None, full: bool = False, home: str | None = None
+    roots: list[str],
+    scope: str | None = None,
+    full: bool = False,
+    home: str | None = None,
+    allow_mass_delete: bool = False,
 ) -> State:
-    """Reindex Markdown roots into Milvus + SQL; Failed when any document failed."""
-    return _reindex(roots, scope, full, home, parallel=False)
+    """Reindex Markdown roots into Milvus + SQL; Failed when any document failed or a removal
+    was refused by the delete guards (allow_mass_delete confirms it)."""
+    return _reindex(roots, scope, full, home, parallel=False, allow_mass_delete=allow_mass_delete)
 
 
 @flow(name="reindex-parallel")
 def reindex_parallel_flow(
-    roots: list[str], scope: str | None = None, full: bool = False, home: str | None = None
+    roots: list[str],
+    scope: str | None = None,
+    full: bool = False,
+    home: str | None = None,
+    allow_mass_delete: bool = False,
 ) -> State:
     """The reindex flow with embedding batches fanned out to the task runner (e.g. Dask)."""
-    return _reindex(roots, scope, full, home, parallel=True)
+    return _reindex(roots, scope, full, home, parallel=True, allow_mass_delete=allow_mass_delete)
 
 
 def dask_runner(address: str | None, workers: int = 2) -> Any:
@@ -158,13 +180,16 @@ def run_reindex_flow(
     home: str | None,
     task_runner: str = "default",
     dask_address: str | None = None,
+    allow_mass_delete: bool = False,
 ) -> tuple[bool, dict]:
     """Run the flow and return (ok, summary dict) without raising on a Failed run."""
     if task_runner == "dask":
         chosen = reindex_parallel_flow.with_options(task_runner=dask_runner(dask_address))
     else:
         chosen = reindex_flow
-    state = chosen(roots, scope=scope, full=full, home=home, return_state=True)
+    state = chosen(
+        roots, scope=scope, full=full, home=home, allow_mass_delete=allow_mass_delete, return_state=True
+    )
     data = state.result(raise_on_failure=False)
     if isinstance(data, BaseException):
         raise data

@@ -3,9 +3,13 @@
 Every rejection is a `DocumentError` whose reason names what is wrong; the caller reports it
 against the file and goes on with the other files.
 
-Ids: `source` becomes the doc_id. A missing `source` gets a stable id derived from the file's
-path (reported as a warning); a `source` that is present but invalid is rejected, because
-silently renaming an id the author chose would break references to it.
+Ids: `source` becomes the doc_id exactly as written (any text up to 512 characters: URLs,
+paths, slugs). A missing `source` gets a stable id derived from the file's path (reported as a
+warning); a `source` that is present but invalid is rejected, because silently renaming an id
+the author chose would break references to it.
+
+Frontmatter is read with YAML's BaseLoader: every scalar stays the string the author typed, so
+`kb_scope: no` is the scope "no" and `source: 0012` the id "0012", never False or 10.
 """
 
 from __future__ import annotations
@@ -18,12 +22,24 @@ from typing import Any
 
 import frontmatter
 import yaml
+from frontmatter.default_handlers import YAMLHandler
 
-from kbcore.validation import InvalidValue, validate_category, validate_doc_id, validate_scope
+from kbcore.validation import InvalidValue, validate_category, validate_scope, validate_source
 
 KNOWN_KEYS = {"source", "breadcrumb", "kb_scope", "title", "keywords", "language"}
 _H1 = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+class _AsWrittenYAML(YAMLHandler):
+    """Scalars stay strings: YAML 1.1 would turn `no` into False and `0012` into 10."""
+
+    def load(self, fm: str, **kwargs: object) -> Any:
+        return yaml.load(fm, Loader=yaml.BaseLoader)  # noqa: S506 - BaseLoader builds no objects
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() in ("", "~", "null", "Null", "NULL"))
 
 
 class DocumentError(Exception):
@@ -101,7 +117,7 @@ def parse_document(
     """Parse frontmatter + body. Returns the document and warnings (e.g. a derived id)."""
     warnings: list[str] = []
     try:
-        post = frontmatter.loads(text)
+        post = frontmatter.loads(text, handler=_AsWrittenYAML())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -115,22 +131,24 @@ def parse_document(
         raise DocumentError("empty body: the file has no Markdown content after the frontmatter")
 
     raw_source = meta.get("source")
-    if raw_source is None or (isinstance(raw_source, str) and not raw_source.strip()):
+    if _blank(raw_source):
         doc_id, derived = derive_doc_id(rel_path), True
         warnings.append(f"no 'source' in frontmatter; derived stable id '{doc_id}' from the path")
+    elif not isinstance(raw_source, str):
+        raise DocumentError("frontmatter 'source' must be a single value, not a list or mapping")
     else:
         try:
-            doc_id, derived = validate_doc_id(str(raw_source).strip()), False
+            doc_id, derived = validate_source(raw_source.strip()), False
         except InvalidValue as exc:
             raise DocumentError(str(exc)) from exc
 
     scope_value = meta.get("kb_scope")
     try:
-        kb_scope = validate_scope(str(scope_value).strip()) if scope_value is not None else default_scope
+        kb_scope = validate_scope(str(scope_value).strip()) if not _blank(scope_value) else default_scope
     except InvalidValue as exc:
         raise DocumentError(str(exc)) from exc
 
-    crumb_value = meta.get("breadcrumb")
+    crumb_value = None if _blank(meta.get("breadcrumb")) else meta.get("breadcrumb")
     if isinstance(crumb_value, list):
         breadcrumb = [str(p).strip() for p in crumb_value if str(p).strip()]
     elif crumb_value is None:
@@ -143,12 +161,12 @@ def parse_document(
         except InvalidValue as exc:
             raise DocumentError(f"breadcrumb: {exc}") from exc
 
-    title = str(meta.get("title") or "").strip()
+    title = "" if _blank(meta.get("title")) else str(meta.get("title")).strip()
     if not title:
         m = _H1.search(body)
         title = m.group(1).strip() if m else doc_id
 
-    language = str(meta.get("language") or "").strip().lower()
+    language = "" if _blank(meta.get("language")) else str(meta.get("language")).strip().lower()
     if not language:
         language = "zh" if len(_CJK.findall(body)) > 0.2 * max(len(body.strip()), 1) else "en"
 

@@ -9,6 +9,8 @@ full: builds a new physical collection for the scope, copies in what this run do
     (other roots, files that failed this time), moves the alias, then drops the old one.
 
 A file that fails keeps its last good version indexed (status `error`, reason recorded).
+Planning (what each document needs, the delete guards) is in `ingest.planning`; building rows
+that fit the store and writing them document by document is in `ingest.writing`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from ingest.chunking import CHUNKER_VERSION, Chunk, chunk_markdown
 from ingest.l0_index import build_l0_entry, delete_l0, write_l0
 from ingest.locks import ScopeLocks, scope_locks
 from ingest.parsing import ParsedDocument
+from ingest.planning import ScopePlan, plan_scope
 from ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
+from ingest.writing import chunk_rows, relex, write_documents
 from kbcore import milvus_store as ms
 from kbcore.analysis import LexicalConfig
 from kbcore.embedder import EmbedStats, model_id_for
@@ -61,6 +65,8 @@ class ScopeSummary:
     cache_hits: int = 0
     chunks_copied: int = 0
     documents: int = 0
+    removed_docs: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +80,7 @@ class ReindexSummary:
     removed: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
     warnings: list[dict[str, str]] = field(default_factory=list)
+    removed_docs: list[dict[str, str]] = field(default_factory=list)
     skipped_other_scope: int = 0
     chunks_written: int = 0
     chunks_embedded: int = 0
@@ -99,6 +106,8 @@ class ReindexSummary:
             "chunks_copied",
         ):
             setattr(self, name, getattr(self, name) + getattr(s, name))
+        self.removed_docs.extend(s.removed_docs)
+        self.warnings.extend(s.warnings)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -132,119 +141,7 @@ def lexical_config(settings: Settings, analyzer: str) -> LexicalConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# planning
-
-
-@dataclass
-class ScopePlan:
-    kb_scope: str
-    docs: list[ParsedDocument]  # every good document of this run in the scope
-    existing: dict[str, DocumentRow]  # record rows of the scope, by doc_id
-    to_write: list[ParsedDocument]  # new or changed (or interrupted)
-    unchanged: list[ParsedDocument]
-    stale: list[DocumentRow]  # under this run's roots, gone from the source
-    protected: list[tuple[DocumentRow, str]]  # failed this run: keep last good, record reason
-    keep: list[DocumentRow]  # not owned by this run (other roots), left as is
-
-
-def plan_scope(
-    session: Session, scope: str, scan: ScanResult, settings: Settings, roots: Sequence[str]
-) -> tuple[ScopePlan, list[Failure]]:
-    """Decide what each document needs. Also returns failures found against the record
-    (a source already indexed from another root that still exists there)."""
-    rows = session.scalars(select(DocumentRow).where(DocumentRow.kb_scope == scope)).all()
-    existing = {r.doc_id: r for r in rows}
-    p_hash = pipeline_hash(settings)
-    failures: list[Failure] = []
-    failed_reason = _failure_index(scan)
-    docs, to_write, unchanged = [], [], []
-    for doc in (d for d in scan.documents if d.kb_scope == scope):
-        row = existing.get(doc.doc_id)
-        if row is not None and row.root != doc.root and (Path(row.root) / row.source_path).exists():
-            failures.append(
-                Failure(
-                    str(doc.path),
-                    f"source '{doc.doc_id}' in scope '{scope}' is already indexed from "
-                    f"{Path(row.root) / row.source_path}; give this file another source",
-                )
-            )
-            continue
-        docs.append(doc)
-        same = (
-            row is not None
-            and row.status in ("indexed", "error")
-            and row.content_hash == doc.content_hash
-            and row.pipeline_hash == p_hash
-            and row.source_path == doc.rel_path
-        )
-        (unchanged if same else to_write).append(doc)
-    seen = {d.doc_id for d in docs}
-    stale, protected, keep = [], [], []
-    for row in rows:
-        if row.doc_id in seen:
-            continue
-        failure = failed_reason.get((row.root, row.source_path))
-        if failure is not None:
-            protected.append((row, failure.reason))
-        elif row.root in roots:
-            stale.append(row)
-        else:
-            keep.append(row)
-    plan = ScopePlan(scope, docs, existing, to_write, unchanged, stale, protected, keep)
-    return plan, failures
-
-
-def _failure_index(scan: ScanResult) -> dict[tuple[str, str], Failure]:
-    by_path = {f.path: f for f in scan.failures}
-    return {
-        (root, rel): by_path[str(Path(root) / rel)]
-        for root, rel in scan.failed_paths
-        if str(Path(root) / rel) in by_path
-    }
-
-
-# ---------------------------------------------------------------------------------------------
 # writing
-
-
-def _chunk_rows(
-    doc: ParsedDocument, chunks: Sequence[Chunk], vectors: Any, lexical: LexicalConfig
-) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": f"{doc.doc_id}#{c.index}",
-            "doc_id": doc.doc_id,
-            "source": doc.doc_id,
-            "_source": doc.rel_path,
-            "kb_scope": doc.kb_scope,
-            "category": doc.category,
-            "breadcrumb": doc.breadcrumb_text,
-            "title": doc.title,
-            "heading_path": c.heading_text,
-            "chunk_index": c.index,
-            "text": _fit_bytes(c.text, ms.TEXT_MAX_BYTES),
-            "lexical": _fit_bytes(
-                lexical.index_text(doc.title, doc.breadcrumb_text, c.text), ms.TEXT_MAX_BYTES
-            ),
-            "dense": [float(x) for x in v],
-        }
-        for c, v in zip(chunks, vectors, strict=True)
-    ]
-
-
-def _relex(rows: list[dict[str, Any]], lexical: LexicalConfig) -> list[dict[str, Any]]:
-    """Rows copied from another collection get their lexical text under this build's analysis."""
-    for row in rows:
-        row["lexical"] = _fit_bytes(
-            lexical.index_text(row.get("title", ""), row.get("breadcrumb", ""), row.get("text", "")),
-            ms.TEXT_MAX_BYTES,
-        )
-    return rows
-
-
-def _fit_bytes(text: str, limit: int) -> str:
-    data = text.encode("utf-8")
-    return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")
 
 
 def _record(doc: ParsedDocument, n_chunks: int, p_hash: str, status: str) -> DocumentRow:
@@ -296,6 +193,36 @@ def _embed_docs(
     return chunks, by_doc
 
 
+def _build_rows(
+    plan: ScopePlan,
+    docs: Sequence[ParsedDocument],
+    chunks: dict[str, list[Chunk]],
+    vectors: dict[str, Any],
+    lexical: LexicalConfig,
+    summary: ScopeSummary,
+) -> dict[str, list[dict[str, Any]]]:
+    by_doc = {}
+    for d in docs:
+        by_doc[d.doc_id], cuts = chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id], lexical)
+        summary.warnings.extend({"path": str(d.path), "reason": w} for w in cuts)
+    return by_doc
+
+
+def _drop_refused(plan: ScopePlan, refused: dict[str, str]) -> None:
+    """Documents the store refused fail alone: reported with their path, last good version kept."""
+    if not refused:
+        return
+    for doc in [d for d in plan.docs if d.doc_id in refused]:
+        plan.failures.append(Failure(str(doc.path), refused[doc.doc_id]))
+        old = plan.existing.get(doc.doc_id)
+        if old is not None:
+            plan.protected.append((old, refused[doc.doc_id]))
+        else:
+            plan.abandoned.append(doc.doc_id)
+    plan.docs = [d for d in plan.docs if d.doc_id not in refused]
+    plan.to_write = [d for d in plan.to_write if d.doc_id not in refused]
+
+
 def _upsert_scope_row(
     session: Session,
     scope: str,
@@ -339,22 +266,35 @@ def _finish_records(
             row.created_at = old.created_at
         session.merge(row)
         write_l0(session, build_l0_entry(doc, chunks[doc.doc_id]))
+    rewritten = {d.doc_id for d in written}
     for doc in plan.unchanged:
         old = plan.existing[doc.doc_id]
-        if old.status != "indexed":
-            revived = session.merge(old)
-            revived.status, revived.last_error = "indexed", None
-    stale_ids = [r.doc_id for r in plan.stale]
-    if stale_ids:
+        if doc.doc_id not in rewritten and (old.status != "indexed" or old.root != doc.root):
+            moved = session.merge(old)
+            moved.status, moved.last_error, moved.root = "indexed", None, doc.root
+    gone = [r.doc_id for r in plan.stale] + plan.abandoned
+    if gone:
         session.execute(
-            delete(DocumentRow).where(
-                DocumentRow.kb_scope == plan.kb_scope, DocumentRow.doc_id.in_(stale_ids)
-            )
+            delete(DocumentRow).where(DocumentRow.kb_scope == plan.kb_scope, DocumentRow.doc_id.in_(gone))
         )
-        delete_l0(session, plan.kb_scope, stale_ids)
+        delete_l0(session, plan.kb_scope, gone)
     for row, reason in plan.protected:
         merged = session.merge(row)
         merged.status, merged.last_error = "error", reason
+
+
+def _check_scope_config(s: Settings, scope: str, scope_row: ScopeRow, model_id: str) -> None:
+    if scope_row.model_id != model_id:
+        raise ScopeConfigMismatch(
+            f"scope '{scope}' was indexed with model '{scope_row.model_id}' but this run uses "
+            f"'{model_id}'; rerun with --full to rebuild the scope"
+        )
+    wanted = s.scope_analyzers.get(scope)
+    if wanted and wanted != scope_row.analyzer:
+        raise ScopeConfigMismatch(
+            f"scope '{scope}' uses analyzer '{scope_row.analyzer}' but '{wanted}' is configured; "
+            "rerun with --full to rebuild the scope"
+        )
 
 
 def apply_incremental(
@@ -372,21 +312,11 @@ def apply_incremental(
             return summary
         # No collection yet (or it was lost): build the scope from scratch.
         return apply_full(stores, plan, progress, encoder)
-    if scope_row.model_id != model_id:
-        raise ScopeConfigMismatch(
-            f"scope '{scope}' was indexed with model '{scope_row.model_id}' but this run uses "
-            f"'{model_id}'; rerun with --full to rebuild the scope"
-        )
-    wanted = s.scope_analyzers.get(scope)
-    if wanted and wanted != scope_row.analyzer:
-        raise ScopeConfigMismatch(
-            f"scope '{scope}' uses analyzer '{scope_row.analyzer}' but '{wanted}' is configured; "
-            "rerun with --full to rebuild the scope"
-        )
+    _check_scope_config(s, scope, scope_row, model_id)
     lexical = lexical_config(s, scope_row.analyzer)
-    if scope_row.analysis != lexical.version:
-        # the BM25 side was built under another analysis (or none): rebuilding is the only way
-        # to change it; the embedding cache means nothing is embedded again
+    if scope_row.analysis != lexical.version or ms.source_capacity(client, target) < ms.SOURCE_MAX_BYTES:
+        # built under another analysis, or before free-text sources: a rebuild is the only way
+        # to change that; the embedding cache means nothing is embedded again
         return apply_full(stores, plan, progress, encoder)
     summary.analyzer, summary.physical_collection = scope_row.analyzer, target
     client.load_collection(alias)
@@ -404,12 +334,9 @@ def apply_incremental(
                 )
                 row.status = "writing"
                 row.chunk_count = max(row.chunk_count, len(chunks[doc.doc_id]))
-    rows = [r for d in plan.to_write for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id], lexical)]
-    for i in range(0, len(rows), ms.WRITE_BATCH):
-        ms.upsert_rows(client, alias, rows[i : i + ms.WRITE_BATCH])
-        if progress:
-            progress("write", min(i + ms.WRITE_BATCH, len(rows)), len(rows))
-    summary.chunks_written = len(rows)
+    rows = _build_rows(plan, plan.to_write, chunks, vectors, lexical, summary)
+    _drop_refused(plan, write_documents(client, alias, rows, progress))
+    summary.chunks_written = sum(len(rows[d.doc_id]) for d in plan.to_write)
     for doc in plan.to_write:
         old = plan.existing.get(doc.doc_id)
         n = len(chunks[doc.doc_id])
@@ -445,17 +372,14 @@ def apply_full(
     if progress:
         progress("rebuild", 1, 3)  # new collection created, nothing served from it yet
     try:
-        all_docs = plan.docs
-        chunks, vectors = _embed_docs(stores, all_docs, summary, progress, encoder)
-        rows = [r for d in all_docs for r in _chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id], lexical)]
-        for i in range(0, len(rows), ms.WRITE_BATCH):
-            ms.upsert_rows(client, physical, rows[i : i + ms.WRITE_BATCH])
-            if progress:
-                progress("write", min(i + ms.WRITE_BATCH, len(rows)), len(rows))
-        summary.chunks_written = len(rows)
+        chunks, vectors = _embed_docs(stores, plan.docs, summary, progress, encoder)
+        rows = _build_rows(plan, plan.docs, chunks, vectors, lexical, summary)
+        _drop_refused(plan, write_documents(client, physical, rows, progress))
+        summary.chunks_written = sum(len(rows[d.doc_id]) for d in plan.docs)
         carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
         if carried and old_target is not None:
-            copied = _relex(ms.read_doc_rows(client, old_target, scope, carried), lexical)
+            client.load_collection(old_target)  # a collection not searched since a restart is released
+            copied = relex(ms.read_doc_rows(client, old_target, scope, carried), lexical)
             ms.upsert_rows(client, physical, copied)
             summary.chunks_copied = len(copied)
         client.flush(physical)
@@ -468,7 +392,7 @@ def apply_full(
         progress("rebuild", 2, 3)  # the alias serves the new collection
     p_hash = pipeline_hash(s)
     with stores.sql.session() as session, session.begin():
-        _finish_records(session, plan, all_docs, chunks, p_hash)
+        _finish_records(session, plan, plan.docs, chunks, p_hash)
         _upsert_scope_row(
             session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
         )
@@ -487,6 +411,10 @@ def _count(summary: ScopeSummary, plan: ScopePlan, full: bool = False) -> None:
     summary.updated = sum(1 for d in written if d.doc_id in plan.existing and d.doc_id in changed)
     summary.unchanged = len(plan.unchanged)
     summary.removed = len(plan.stale)
+    summary.removed_docs = [
+        {"kb_scope": plan.kb_scope, "doc_id": r.doc_id, "path": str(Path(r.root) / r.source_path)}
+        for r in plan.stale
+    ]
     summary.documents = len(plan.docs) + len(plan.keep) + len(plan.protected)
 
 
@@ -531,9 +459,11 @@ def index_scope(
 ) -> tuple[ScopeSummary, list[Failure]]:
     """Plan and apply one scope; safe to retry (planning reads the record table afresh)."""
     with stores.sql.session() as session:
-        plan, failures = plan_scope(session, scope, scan_result, stores.settings, scan_result.roots)
+        plan = plan_scope(
+            session, scope, scan_result, stores.settings, scan_result.roots, pipeline_hash(stores.settings)
+        )
     apply = apply_full if full else apply_incremental
-    return apply(stores, plan, progress, encoder), failures
+    return apply(stores, plan, progress, encoder), plan.failures
 
 
 def record_run(stores: Stores, summary: ReindexSummary, started: float) -> None:
@@ -561,6 +491,7 @@ def reindex(
     progress: Progress | None = None,
     scope_runner: ScopeRunner | None = None,
     wait_seconds: float = 0.0,
+    allow_mass_delete: bool = False,
 ) -> ReindexSummary:
     """Index Markdown under `roots`. Never raises for a bad document: see `summary.failed`.
 
@@ -572,6 +503,7 @@ def reindex(
     stores = stores or open_stores(settings or Settings())
     settings = stores.settings
     scan_result = scan(roots, settings, stores, scope)
+    scan_result.allow_mass_delete = allow_mass_delete
     summary = ReindexSummary(mode="full" if full else "incremental", roots=scan_result.roots, kb_scope=scope)
     summary.skipped_other_scope = scan_result.skipped_other_scope
     failures = list(scan_result.failures)
@@ -588,7 +520,7 @@ def reindex(
             failures,
         )
     summary.failed = [f.to_dict() for f in failures]
-    summary.warnings = [w.to_dict() for w in scan_result.warnings]
+    summary.warnings = [w.to_dict() for w in scan_result.warnings] + summary.warnings
     summary.seconds = time.time() - started
     record_run(stores, summary, started)
     return summary

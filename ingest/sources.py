@@ -36,10 +36,20 @@ class ScanResult:
     failures: list[Failure] = field(default_factory=list)
     warnings: list[Failure] = field(default_factory=list)
     failed_paths: set[tuple[str, str]] = field(default_factory=set)  # (root, rel_path)
+    # (root, rel folder or link) that could not be read: records under them are kept as they are
+    failed_dirs: set[tuple[str, str]] = field(default_factory=set)
     skipped_other_scope: int = 0
+    allow_mass_delete: bool = False  # this run confirms removals the delete guards would refuse
 
     def scopes(self) -> set[str]:
         return {d.kb_scope for d in self.documents}
+
+    def could_not_see(self, root: str, rel_path: str) -> bool:
+        """True when this scan could not look at `rel_path`: it failed, or a folder or link
+        above it could not be read. Such a document is kept, never removed."""
+        if (root, rel_path) in self.failed_paths:
+            return True
+        return any(r == root and _under(rel_path, d) for r, d in self.failed_dirs)
 
 
 def normalize_root(root: str | Path) -> str:
@@ -48,6 +58,10 @@ def normalize_root(root: str | Path) -> str:
     Symlinks are kept on purpose: a `current -> release-N` root stays one root when the link
     moves, so a file deleted in the new release is removed, not orphaned under the old one."""
     return os.path.normpath(os.path.abspath(os.path.expanduser(str(root))))
+
+
+def _under(rel_path: str, folder: str) -> bool:
+    return not folder or rel_path == folder or rel_path.startswith(folder + "/")
 
 
 def resolve_roots(roots: Sequence[str | Path]) -> list[Path]:
@@ -64,16 +78,36 @@ def resolve_roots(roots: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def discover(root: Path) -> list[Path]:
-    """Markdown files under root, sorted, skipping hidden files and directories."""
-    found = []
-    for p in root.rglob("*"):
-        rel = p.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts):
+def discover(root: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Markdown files under root (sorted; hidden entries skipped; symlinked folders followed
+    once) and what could not be looked at: unreadable folders and dangling symlinks. Those are
+    errors, never absences: a document under them is not treated as deleted."""
+    found: list[Path] = []
+    problems: list[tuple[Path, str]] = []
+    seen_dirs: set[str] = set()
+
+    def on_error(exc: OSError) -> None:
+        problems.append((Path(exc.filename or root), f"cannot read folder: {exc.strerror or exc}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen_dirs:  # a symlink loop or a folder linked twice
+            dirnames[:] = []
             continue
-        if p.is_file() and p.suffix.lower() in MARKDOWN_SUFFIXES:
-            found.append(p)
-    return sorted(found)
+        seen_dirs.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            suffix = path.suffix.lower()
+            if path.is_symlink() and not path.exists():
+                if suffix in MARKDOWN_SUFFIXES or not suffix:
+                    problems.append((path, f"dangling symlink to {os.readlink(path)}"))
+                continue
+            if suffix in MARKDOWN_SUFFIXES and path.is_file():
+                found.append(path)
+    return sorted(found), problems
 
 
 def scan_roots(
@@ -91,7 +125,12 @@ def scan_roots(
     scope_default = only_scope or default_scope
     parsed: list[ParsedDocument] = []
     for root in roots:
-        for path in discover(root):
+        files, problems = discover(root)
+        for path, reason in problems:
+            rel = path.relative_to(root).as_posix() if path != root else ""
+            result.failures.append(Failure(str(path), f"{reason}; documents recorded under it are kept"))
+            result.failed_dirs.add((str(root), rel))
+        for path in files:
             rel = path.relative_to(root).as_posix()
             try:
                 text, digest = read_text(path, max_file_bytes)

@@ -19,9 +19,21 @@ from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
-from kbcore.validation import eq, in_list, validate_doc_id, validate_scope
+from kbcore.validation import doc_key, eq, in_list, validate_scope
 
 TEXT_MAX_BYTES = 65535
+SOURCE_MAX_BYTES = 2048  # 512 characters of any script
+# per-field limits (bytes) of the chunk schema; the writer cuts a document's values to them
+FIELD_MAX_BYTES = {
+    "source": SOURCE_MAX_BYTES,
+    "_source": 2048,
+    "category": 512,
+    "breadcrumb": 2048,
+    "title": 2048,
+    "heading_path": 4096,
+    "text": TEXT_MAX_BYTES,
+    "lexical": TEXT_MAX_BYTES,
+}
 WRITE_BATCH = 500
 QUERY_BATCH = 1000
 
@@ -108,14 +120,13 @@ def open_client(uri: str, token: str = "") -> MilvusClient:
 def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
+    # doc_id holds doc_key(source), the only document value filters ever see; source is the
+    # author's id as written, for display
     schema.add_field("doc_id", DataType.VARCHAR, max_length=64)
-    schema.add_field("source", DataType.VARCHAR, max_length=64)
-    schema.add_field("_source", DataType.VARCHAR, max_length=2048)
+    schema.add_field("source", DataType.VARCHAR, max_length=SOURCE_MAX_BYTES)
     schema.add_field("kb_scope", DataType.VARCHAR, max_length=64)
-    schema.add_field("category", DataType.VARCHAR, max_length=512)
-    schema.add_field("breadcrumb", DataType.VARCHAR, max_length=2048)
-    schema.add_field("title", DataType.VARCHAR, max_length=2048)
-    schema.add_field("heading_path", DataType.VARCHAR, max_length=4096)
+    for name in ("_source", "category", "breadcrumb", "title", "heading_path"):
+        schema.add_field(name, DataType.VARCHAR, max_length=FIELD_MAX_BYTES[name])
     schema.add_field("chunk_index", DataType.INT64)
     # raw text for display and excerpts; `lexical` is the analysed text BM25 indexes
     schema.add_field("text", DataType.VARCHAR, max_length=TEXT_MAX_BYTES)
@@ -178,14 +189,25 @@ def upsert_rows(client: MilvusClient, collection: str, rows: Sequence[dict[str, 
     return len(rows)
 
 
-def scope_doc_filter(scope: str, doc_ids: Iterable[str]) -> str:
-    ids = [validate_doc_id(d) for d in doc_ids]
-    return f"{eq('kb_scope', validate_scope(scope))} and {in_list('doc_id', ids)}"
+def source_capacity(client: MilvusClient, collection: str) -> int:
+    """max_length of a collection's `source` field: 64 in collections built before free-text
+    sources, which a rebuild must widen."""
+    for f in client.describe_collection(collection)["fields"]:
+        if f["name"] == "source":
+            return int(f.get("params", {}).get("max_length", 0))
+    return 0
 
 
-def delete_docs(client: MilvusClient, collection: str, scope: str, doc_ids: Sequence[str]) -> None:
-    for i in range(0, len(doc_ids), QUERY_BATCH):
-        client.delete(collection, filter=scope_doc_filter(scope, doc_ids[i : i + QUERY_BATCH]))
+def scope_doc_filter(scope: str, sources: Iterable[str]) -> str:
+    """Filter on the scope and the documents' keys: user text never enters the expression."""
+    keys = sorted({doc_key(s) for s in sources})
+    return f"{eq('kb_scope', validate_scope(scope))} and {in_list('doc_id', keys)}"
+
+
+def delete_docs(client: MilvusClient, collection: str, scope: str, sources: Sequence[str]) -> None:
+    """Delete every chunk of these documents (by source as written)."""
+    for i in range(0, len(sources), QUERY_BATCH):
+        client.delete(collection, filter=scope_doc_filter(scope, sources[i : i + QUERY_BATCH]))
 
 
 def delete_chunks_from(client: MilvusClient, collection: str, scope: str, doc_id: str, first: int) -> None:

@@ -60,6 +60,16 @@ class Settings(BaseSettings):
     chunk_max_chars: int = Field(1000, ge=200, le=8000)
     chunk_overlap_chars: int = Field(120, ge=0, le=1000)
     max_file_bytes: int = Field(1_000_000, ge=1024)
+    max_delete_fraction: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="A reindex that would remove more than this share of a scope's documents "
+        "removes none and fails (a failed mount or half-done checkout looks like that).",
+    )
+    allow_mass_delete: bool = Field(
+        False, description="Confirm removals the max_delete_fraction or empty-root guards refuse."
+    )
 
     # --- retrieval (SPEC §1 defaults) ------------------------------------------------
     search_mode: SearchMode = "hybrid"

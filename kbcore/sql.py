@@ -57,7 +57,7 @@ class DocumentRow(Base):
 
     __tablename__ = "documents"
     kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
-    doc_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    doc_id: Mapped[str] = mapped_column(String(512), primary_key=True)  # the source as written
     root: Mapped[str] = mapped_column(Text)
     source_path: Mapped[str] = mapped_column(Text)
     title: Mapped[str] = mapped_column(Text, default="")
@@ -83,7 +83,7 @@ class L0EntryRow(Base):
 
     __tablename__ = "l0_entries"
     kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
-    doc_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    doc_id: Mapped[str] = mapped_column(String(512), primary_key=True)
     title: Mapped[str] = mapped_column(Text, default="")
     breadcrumb: Mapped[str] = mapped_column(Text, default="")
     category: Mapped[str] = mapped_column(Text, default="")
@@ -99,7 +99,7 @@ class L0TermRow(Base):
     __tablename__ = "l0_terms"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kb_scope: Mapped[str] = mapped_column(String(64))
-    doc_id: Mapped[str] = mapped_column(String(64))
+    doc_id: Mapped[str] = mapped_column(String(512))
     term: Mapped[str] = mapped_column(String(256))
     kind: Mapped[str] = mapped_column(String(16))  # title | category | domain | keyword | entity
 

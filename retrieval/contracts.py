@@ -160,6 +160,7 @@ class RagEvidence(BaseModel):
     model_config = ConfigDict(extra="forbid")
     evidence_key: str
     document_id: str
+    kb_scope: str = ""  # two scopes may hold the same source: they stay two documents
     source: str
     breadcrumb: str
     heading_path: str

@@ -39,6 +39,11 @@ def _identity(ev: Any, i: int) -> str:
     return f"legacy:{i}"
 
 
+def _dedup_key(ev: Any, i: int) -> tuple[str, str]:
+    """The same source in two scopes is two documents: dedup within a scope only."""
+    return getattr(ev, "kb_scope", "") or "", _identity(ev, i)
+
+
 def _size(result: RagToolResult) -> int:
     return len(json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8"))
 
@@ -50,14 +55,14 @@ def project_for_agent(result: LookupResult, limits: ProjectionLimits | None = No
     if len(query) > lim.max_query_chars:
         query, truncated = query[: lim.max_query_chars], True
 
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     items: list[RagEvidence] = []
     for i, ev in enumerate(result.evidence):
         key = _identity(ev, i)
-        if key in seen:
+        if _dedup_key(ev, i) in seen:
             truncated = True
             continue
-        seen.add(key)
+        seen.add(_dedup_key(ev, i))
         excerpt = ev.excerpt
         if len(excerpt) > lim.max_excerpt_chars:
             excerpt, truncated = excerpt[: lim.max_excerpt_chars - len(ELLIPSIS)] + ELLIPSIS, True
@@ -65,6 +70,7 @@ def project_for_agent(result: LookupResult, limits: ProjectionLimits | None = No
             RagEvidence(
                 evidence_key=key,
                 document_id=ev.doc_id,
+                kb_scope=getattr(ev, "kb_scope", "") or "",
                 source=ev.source,
                 breadcrumb=ev.breadcrumb,
                 heading_path=ev.heading_path,

@@ -72,8 +72,9 @@ def _entity(raw: dict) -> dict:
 def _to_hit(raw: dict, rank: int, score: float, label: str) -> Hit:
     e = _entity(raw)
     return Hit(
-        evidence_key=e["id"],
-        doc_id=e["doc_id"],
+        # Milvus keys rows by doc_key(source); people and agents see the source as written
+        evidence_key=f"{e['source']}#{int(e.get('chunk_index', 0))}",
+        doc_id=e["source"],
         kb_scope=e["kb_scope"],
         source=e["source"],
         source_path=e.get("_source", ""),

@@ -18,7 +18,7 @@ def make_tree(root):
 BAD_FILES = {
     "yaml.md": ("---\nsource: [oops\n---\n# x\n\nbody\n", "invalid YAML frontmatter"),
     "empty.md": ("---\nsource: empty-doc\nkb_scope: s1\n---\n\n   \n", "empty body"),
-    "badsource.md": ("---\nsource: not valid!\nkb_scope: s1\n---\n# x\n\nbody\n", "invalid source/doc_id"),
+    "badsource.md": ('---\nsource: "bell\\a"\nkb_scope: s1\n---\n# x\n\nbody\n', "control character U+0007"),
     "inject.md": ('---\nsource: inj\nkb_scope: x" or kb_scope != "\n---\n# x\n\nbody\n', "invalid kb_scope"),
     "dup.md": ("---\nsource: good-doc\nkb_scope: s1\n---\n# Dup\n\nsame id\n", "duplicate source 'good-doc'"),
 }

@@ -212,6 +212,6 @@ def test_beir_import_reports_metrics(tmp_path):
     (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td/2\t1\nq2\td3\t1\n")
     report = run_beir(data, "beir-tiny", Settings(home=tmp_path / "home"), ["hybrid"])
     assert report["documents"] == 3 and report["queries"] == 2
-    # the odd id "d/2" maps back through safe_id
+    # the odd id "d/2" is the document's source as written (safe_id only names its file)
     assert report["modes"]["hybrid"]["delivered"]["hit@k"] == 1.0
     assert safe_id("d/2") != "d/2"

@@ -59,7 +59,9 @@ def test_missing_source_derives_stable_id_with_warning():
     [
         ("---\nsource: [unclosed\n---\nbody\n", "invalid YAML frontmatter at line"),
         ("---\nsource: ok\n---\n   \n\n", "empty body"),
-        ("---\nsource: has space\n---\nbody\n", "invalid source/doc_id 'has space'"),
+        ('---\nsource: "a\\tb"\n---\nbody\n', "control character U+0009"),
+        ("---\nsource: " + "x" * 513 + "\n---\nbody\n", "513 characters, at most 512"),
+        ("---\nsource: [a, b]\n---\nbody\n", "'source' must be a single value"),
         ('---\nsource: ok\nkb_scope: x" or kb_scope != "\n---\nbody\n', "invalid kb_scope"),
         ('---\nsource: ok\nbreadcrumb: Data"base > x\n---\nbody\n', "breadcrumb: invalid category"),
         ("---\nsource: ok\nkeywords: {a: 1}\n---\nbody\n", "'keywords' must be a list"),

@@ -175,8 +175,12 @@ def test_scopes_are_isolated(tmp_path, settings, stores):
     reindex([tmp_path / "b"], settings=settings, stores=stores)
     (tmp_path / "a" / "pool.md").unlink()
     (tmp_path / "a" / "redis.md").unlink()
-    summary = reindex([tmp_path / "a"], settings=settings, stores=stores)
-    assert summary.removed == 2 and set(summary.scopes) == {"team-a"}
+    refused = reindex([tmp_path / "a"], settings=settings, stores=stores)  # an emptied root ...
+    assert not refused.ok and refused.removed == 0 and "no Markdown file found" in refused.failed[0]["reason"]
+    assert len(records(stores, "team-a")) == 2  # ... removes nothing until confirmed
+    summary = reindex([tmp_path / "a"], settings=settings, stores=stores, allow_mass_delete=True)
+    assert summary.ok and summary.removed == 2 and set(summary.scopes) == {"team-a"}
+    assert {d["doc_id"] for d in summary.removed_docs} == {"mysql-pool", "redis-evict"}
     assert rows(stores, "team-a") == []
     assert {r["doc_id"] for r in rows(stores, "team-b")} == {"mysql-pool", "redis-evict"}
     reindex([tmp_path / "b"], full=True, settings=settings, stores=stores)  # a rebuild of b ...

@@ -1,0 +1,153 @@
+"""Decide what each document of a scope needs, against the `documents` record table.
+
+A document is identified by (scope, source), never by its path: a file or a whole root that
+moved keeps its record (the path is updated, nothing is embedded again). Deletions are guarded:
+a document this scan could not look at is kept, a root that now holds nothing keeps its
+documents, and a scan that would remove more than `max_delete_fraction` of a scope removes
+nothing unless `allow_mass_delete` is set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
+from ingest.sources import Failure, ScanResult
+from kbcore.settings import Settings
+from kbcore.sql import DocumentRow
+
+
+@dataclass
+class ScopePlan:
+    kb_scope: str
+    docs: list[ParsedDocument]  # every good document of this run in the scope
+    existing: dict[str, DocumentRow]  # record rows of the scope, by doc_id (= source)
+    to_write: list[ParsedDocument]  # new or changed (or interrupted, or moved to a new path)
+    unchanged: list[ParsedDocument]  # nothing to write (their record may still move root)
+    stale: list[DocumentRow]  # gone from the source: removed by this run
+    protected: list[tuple[DocumentRow, str]]  # failed or unseen this run: last good kept
+    keep: list[DocumentRow]  # not owned by this run (other roots), left as is
+    failures: list[Failure] = field(default_factory=list)  # reported against files or roots
+    abandoned: list[str] = field(default_factory=list)  # new documents the store refused
+
+
+def plan_scope(
+    session: Session,
+    scope: str,
+    scan: ScanResult,
+    settings: Settings,
+    roots: Sequence[str],
+    p_hash: str,
+) -> ScopePlan:
+    """The plan; `plan.failures` holds what it refused (a source claimed by two files, a
+    deletion the guards stopped)."""
+    rows = session.scalars(select(DocumentRow).where(DocumentRow.kb_scope == scope)).all()
+    existing = {r.doc_id: r for r in rows}
+    failures: list[Failure] = []
+    docs, to_write, unchanged = [], [], []
+    moved_from: set[str] = set()
+    for doc in (d for d in scan.documents if d.kb_scope == scope):
+        row = existing.get(doc.doc_id)
+        if row is not None and row.root != doc.root and _claimed_elsewhere(row, doc):
+            failures.append(
+                Failure(
+                    str(doc.path),
+                    f"source '{doc.doc_id}' in scope '{scope}' is also claimed by "
+                    f"{Path(row.root) / row.source_path}, which is indexed; two files cannot "
+                    "share a source: change the source of one of them",
+                )
+            )
+            continue
+        if row is not None and row.root != doc.root:
+            moved_from.add(row.root)
+        docs.append(doc)
+        same = (
+            row is not None
+            and row.status in ("indexed", "error")
+            and row.content_hash == doc.content_hash
+            and row.pipeline_hash == p_hash
+            and row.source_path == doc.rel_path
+        )
+        (unchanged if same else to_write).append(doc)
+    # a root that no longer exists and whose documents turned up under this run's roots was
+    # renamed (or its link re-pointed): what did not turn up was deleted
+    adopted = {r for r in moved_from if r not in roots and not os.path.exists(r)}
+    seen = {d.doc_id for d in docs}
+    stale, protected, keep = [], [], []
+    for row in rows:
+        if row.doc_id in seen:
+            continue
+        if scan.could_not_see(row.root, row.source_path):
+            protected.append((row, _unseen_reason(scan, row)))
+        elif row.root in roots or row.root in adopted:
+            stale.append(row)
+        else:
+            keep.append(row)
+    plan = ScopePlan(scope, docs, existing, to_write, unchanged, stale, protected, keep, failures)
+    guard_deletions(plan, scan, settings)
+    return plan
+
+
+def _claimed_elsewhere(row: DocumentRow, doc: ParsedDocument) -> bool:
+    """True when the recorded file still exists, is another file, and still claims this source
+    (then two files claim one id). A moved file, or one whose source changed, is no conflict."""
+    old = Path(row.root) / row.source_path
+    try:
+        if not old.is_file() or os.path.samefile(old, doc.path):
+            return False
+        text, digest = read_text(old, 50 * 1024 * 1024)
+        other, _ = parse_document(
+            text, content_hash=digest, rel_path=row.source_path, root=row.root, default_scope=row.kb_scope
+        )
+    except (OSError, DocumentError):
+        return False
+    return other.doc_id == doc.doc_id
+
+
+def _unseen_reason(scan: ScanResult, row: DocumentRow) -> str:
+    path = str(Path(row.root) / row.source_path)
+    reason = next((f.reason for f in scan.failures if f.path == path), None)
+    return reason or "a folder or link above this file could not be read this run; last good version kept"
+
+
+def guard_deletions(plan: ScopePlan, scan: ScanResult, settings: Settings) -> None:
+    """Move refused deletions from `stale` to `keep`, recording why in `plan.failures`."""
+    if not plan.stale or settings.allow_mass_delete or scan.allow_mass_delete:
+        return
+    found_per_root: dict[str, int] = {}
+    for d in scan.documents:
+        found_per_root[d.root] = found_per_root.get(d.root, 0) + 1
+    empty = sorted({r.root for r in plan.stale if r.root in scan.roots and not found_per_root.get(r.root)})
+    for root in empty:
+        gone = [r for r in plan.stale if r.root == root]
+        plan.failures.append(
+            Failure(
+                root,
+                f"no Markdown file found under this root, which had {len(gone)} indexed "
+                f"document(s) in scope '{plan.kb_scope}'; nothing was removed (an unmounted or "
+                "half-checked-out folder looks like this). If they are really gone, rerun with "
+                "--allow-mass-delete",
+            )
+        )
+    total = len(plan.existing)
+    remaining = [r for r in plan.stale if r.root not in empty]
+    if remaining and total and len(remaining) / total > settings.max_delete_fraction:
+        plan.failures.append(
+            Failure(
+                f"<scope {plan.kb_scope}>",
+                f"this run would remove {len(remaining)} of the scope's {total} documents "
+                f"(more than max_delete_fraction={settings.max_delete_fraction}); nothing was "
+                "removed. Check the roots; if the removal is intended, rerun with --allow-mass-delete",
+            )
+        )
+        empty.extend(sorted({r.root for r in remaining}))
+    if empty:
+        held = [r for r in plan.stale if r.root in empty]
+        plan.stale = [r for r in plan.stale if r.root not in empty]
+        plan.keep.extend(held)

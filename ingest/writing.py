@@ -1,0 +1,140 @@
+"""Turn a document's chunks into Milvus rows that fit the schema, and write them so that one
+document the store refuses fails alone.
+
+Every field with a store limit is cut per document before the write (UTF-8 bytes, never inside
+a character) and the cut is reported as a warning naming the field; a batch the store still
+refuses is retried document by document, and only the documents refused again fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ingest.chunking import Chunk
+from ingest.parsing import ParsedDocument
+from kbcore import milvus_store as ms
+from kbcore.analysis import LexicalConfig
+from kbcore.stores import is_transient
+from kbcore.validation import doc_key
+
+Progress = Callable[[str, int, int], None]
+
+
+def fit_bytes(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")
+
+
+def _fit(value: str, name: str, cuts: dict[str, int]) -> str:
+    limit = ms.FIELD_MAX_BYTES[name]
+    size = len(value.encode("utf-8"))
+    if size > limit:
+        cuts[name] = max(cuts.get(name, 0), size)
+        return fit_bytes(value, limit)
+    return value
+
+
+def chunk_rows(
+    doc: ParsedDocument, chunks: Sequence[Chunk], vectors: Any, lexical: LexicalConfig
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The document's rows and a warning per field that had to be cut to the store's limit."""
+    cuts: dict[str, int] = {}
+    key = doc_key(doc.doc_id)
+    title = _fit(doc.title, "title", cuts)
+    breadcrumb = _fit(doc.breadcrumb_text, "breadcrumb", cuts)
+    common = {
+        "doc_id": key,
+        "source": _fit(doc.doc_id, "source", cuts),
+        "_source": _fit(doc.rel_path, "_source", cuts),
+        "kb_scope": doc.kb_scope,
+        "category": _fit(doc.category, "category", cuts),
+        "breadcrumb": breadcrumb,
+        "title": title,
+    }
+    rows = [
+        {
+            **common,
+            "id": f"{key}#{c.index}",
+            "heading_path": _fit(c.heading_text, "heading_path", cuts),
+            "chunk_index": c.index,
+            "text": _fit(c.text, "text", cuts),
+            "lexical": fit_bytes(
+                lexical.index_text(doc.title, doc.breadcrumb_text, c.text), ms.TEXT_MAX_BYTES
+            ),
+            "dense": [float(x) for x in v],
+        }
+        for c, v in zip(chunks, vectors, strict=True)
+    ]
+    warnings = [
+        f"{name} is {size} bytes, over the store's {ms.FIELD_MAX_BYTES[name]}: cut to fit"
+        for name, size in sorted(cuts.items())
+    ]
+    return rows, warnings
+
+
+def relex(rows: list[dict[str, Any]], lexical: LexicalConfig) -> list[dict[str, Any]]:
+    """Rows copied from another collection get their lexical text under this build's analysis."""
+    for row in rows:
+        row["lexical"] = fit_bytes(
+            lexical.index_text(row.get("title", ""), row.get("breadcrumb", ""), row.get("text", "")),
+            ms.TEXT_MAX_BYTES,
+        )
+    return rows
+
+
+def write_documents(
+    client: Any,
+    collection: str,
+    rows_by_doc: dict[str, list[dict[str, Any]]],
+    progress: Progress | None = None,
+) -> dict[str, str]:
+    """Upsert every document's rows in batches; returns {doc_id: reason} for the documents the
+    store refused even on their own. A transient error (connection, timeout) is raised, so the
+    caller's retry converges."""
+    refused: dict[str, str] = {}
+    batch: list[str] = []
+    size, done, total = 0, 0, sum(len(r) for r in rows_by_doc.values())
+
+    def flush() -> None:
+        nonlocal done
+        if batch:
+            refused.update(_upsert_batch(client, collection, {d: rows_by_doc[d] for d in batch}))
+            done += sum(len(rows_by_doc[d]) for d in batch)
+            if progress:
+                progress("write", done, total)
+            batch.clear()
+
+    for doc_id, rows in rows_by_doc.items():
+        if size + len(rows) > ms.WRITE_BATCH:
+            flush()
+            size = 0
+        batch.append(doc_id)
+        size += len(rows)
+    flush()
+    return refused
+
+
+def _upsert_batch(client: Any, collection: str, docs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    try:
+        ms.upsert_rows(client, collection, [r for rows in docs.values() for r in rows])
+        return {}
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        if len(docs) == 1:
+            return {next(iter(docs)): _reason(exc)}
+    refused: dict[str, str] = {}
+    for doc_id, rows in docs.items():
+        try:
+            ms.upsert_rows(client, collection, rows)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            refused[doc_id] = _reason(exc)
+    return refused
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"the store refused this document: {text[:300]}"
