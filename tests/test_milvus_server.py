@@ -61,3 +61,39 @@ def test_reindex_lookup_and_eval_through_a_network_milvus(milvus_server, tmp_pat
     expected = {c["case_id"] for c in baseline["modes"]["hybrid"]["cases"] if c["passed"]}
     passed = {c["case_id"] for c in outcome.report["modes"]["hybrid"]["cases"] if c["passed"]}
     assert passed == expected & {c["case_id"] for c in outcome.report["modes"]["hybrid"]["cases"]}
+
+
+def test_real_ids_moves_and_full_rebuilds_across_roots_through_a_network_milvus(milvus_server, tmp_path):
+    """The write side's guarantees hold on the endpoint too: free-text ids as written, a moved
+    root that embeds nothing, a --full that copies another root's documents, a guarded delete."""
+    settings = Settings(home=tmp_path / "home", milvus_uri=milvus_server)
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_doc(
+        a,
+        "pool.md",
+        source='"https://wiki.example.com/ops/db#pool"',
+        scope="net2",
+        body="# Pool\n\n## Fix\n\nThe database connection pool is exhausted.\n",
+    )
+    write_doc(
+        b,
+        "etcd.md",
+        source='"docs/runbooks/etcd.md"',
+        scope="net2",
+        body="# Etcd\n\n## Fix\n\nEtcd lost quorum after two members failed.\n",
+    )
+    assert reindex([a], settings=settings).ok and reindex([b], settings=settings).ok
+    moved = tmp_path / "a-moved"
+    a.rename(moved)
+    again = reindex([moved], settings=settings)
+    assert again.ok and again.chunks_embedded == 0 and again.removed == 0
+    full = reindex([moved], full=True, settings=settings)
+    assert full.ok and full.chunks_copied == 1
+    for query, source in (
+        ("database connection pool exhausted", "https://wiki.example.com/ops/db#pool"),
+        ("etcd lost quorum", "docs/runbooks/etcd.md"),
+    ):
+        assert lookup_knowledge(query, kb_scope="net2", settings=settings).evidence[0].doc_id == source
+    (moved / "pool.md").unlink()
+    refused = reindex([moved], settings=settings)
+    assert not refused.ok and refused.removed == 0  # an emptied root removes nothing

@@ -331,3 +331,24 @@ def test_the_summary_lists_what_was_removed(tmp_path, settings, stores, capsys):
     assert main(["reindex", str(docs), "--home", str(settings.home)]) == 0
     out = capsys.readouterr().out
     assert f"removed real/{REAL_IDS['odd.md']}" in out.replace("\n", "")
+
+
+def test_an_index_from_before_free_text_sources_keeps_serving_and_widens_once(
+    tmp_path, settings, stores, monkeypatch
+):
+    """A collection whose `source` field holds 64 bytes (the old schema) serves its plain ids;
+    the first run that meets a long source rebuilds it from the embedding cache."""
+    docs = tmp_path / "docs"
+    write_doc(docs, "pool.md", source="mysql-pool", scope="old", body=TOPICS["url.md"])
+    monkeypatch.setattr(ms, "SOURCE_MAX_BYTES", 64)
+    reindex([docs], settings=settings, stores=stores)
+    monkeypatch.undo()
+    alias = ms.alias_for(settings.collection_prefix, "old")
+    assert ms.source_capacity(stores.milvus, ms.alias_target(stores.milvus, alias)) == 64
+    assert top_doc("connection pool exhausted", settings, "old") == "mysql-pool"
+    write_doc(docs, "etcd.md", source='"docs/runbooks/etcd.md"', scope="old", body=TOPICS["path.md"])
+    summary = reindex([docs], settings=settings, stores=stores)
+    assert summary.ok and summary.added == 1 and summary.chunks_embedded == 1  # only the new page
+    assert ms.source_capacity(stores.milvus, ms.alias_target(stores.milvus, alias)) == ms.SOURCE_MAX_BYTES
+    assert top_doc("etcd lost quorum", settings, "old") == "docs/runbooks/etcd.md"
+    assert top_doc("connection pool exhausted", settings, "old") == "mysql-pool"
