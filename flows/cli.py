@@ -1,7 +1,7 @@
 """`kbflow` command line.
 
-Exit codes: 0 success, 1 some documents failed (the rest were indexed), 2 the command could not
-run (bad arguments, missing root, store unavailable, invalid setting).
+Exit codes: 0 success, 1 some documents failed (the rest were indexed) or a removal was refused,
+2 the command could not run (bad arguments, missing root, store unavailable, invalid setting).
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ examples:
   kbflow reindex docs/ --scope team-a      only scope team-a (files without kb_scope join it)
   kbflow reindex docs/ --full              rebuild each scope into a new collection, swap alias
   kbflow reindex docs/ --json              one JSON summary object on stdout
-  kbflow status                            per scope: documents, chunks, collection, model
+  kbflow status                            per scope and root: documents, chunks, collection, model
+  kbflow docs list [--scope S] [--root R]  the indexed documents: id, scope, root, path, status
+  kbflow scope delete team-a [--yes]       remove a whole scope (dry run without --yes)
+  kbflow forget /srv/old-docs [--yes]      remove what was indexed from a root that is gone
   kbflow lookup "kafka consumer lag" --scope rag-eval        readable table
   kbflow lookup "..." --agent --json       the agent's RagToolResult as JSON
   kbflow lookup --queries q.jsonl          batch, one JSON line per query
   kbflow eval --offline                    judge the frozen fixtures (no stores, no model)
   kbflow eval --live --compare-to eval/rag-retrieval/reports/baseline.json
   kbflow serve-flows                       eval + eval-corpus-refresh on cron schedules
+  kbflow serve-flows --reindex 'docs/:team-a@0 3 * * *'   plus a nightly reindex of docs/
 """
 
 
@@ -54,13 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
         "reindex",
         help="index Markdown roots (incremental by default)",
         description="Index every *.md under PATH... Unchanged files cost nothing; changed files "
-        "replace their chunks; files gone from a root are removed. A bad file is reported with "
-        "its reason and the rest are still indexed (exit code 1).",
+        "replace their chunks; files gone from a root are removed (and listed). A document is "
+        "its (kb_scope, source): a moved file or root keeps it, nothing is embedded again. A bad "
+        "file is reported with its reason and the rest are still indexed (exit code 1). Nothing "
+        "is removed when the scan looks partial: a missing or unreadable root or folder, a "
+        "dangling symlink, a root that now holds no Markdown, or a run that would remove more "
+        "than max_delete_fraction of a scope (exit code 1; --allow-mass-delete confirms).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="root directory of Markdown files")
     p.add_argument("--scope", help="index only this kb_scope; files without kb_scope join it")
     p.add_argument("--full", action="store_true", help="rebuild into a new collection, switch the alias")
+    p.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="confirm removals the guards refuse: a root that now holds no Markdown, or a run that "
+        "would remove more than max_delete_fraction (default 0.5) of a scope's documents",
+    )
     p.add_argument(
         "--analyzer",
         choices=["standard", "jieba"],
@@ -86,8 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     _common(p)
 
-    p = sub.add_parser("status", help="show what is indexed, per scope")
+    p = sub.add_parser(
+        "status",
+        help="show what is indexed, per scope and per root",
+        description="Per scope: documents (per root), chunks in Milvus next to the recorded count, "
+        "collection and alias target, analyzer, model; then documents per root. Scopes without "
+        "documents are not listed.",
+    )
     _common(p)
+
+    from flows.manage_cli import add_parsers
+    from flows.schedules import SERVE_FLOWS_EPILOG
+
+    add_parsers(sub, _common)
 
     p = sub.add_parser(
         "lookup",
@@ -229,12 +254,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "serve-flows",
-        help="serve the eval and eval-corpus-refresh flows on cron schedules",
-        description="Registers two deployments with the Prefect API (PREFECT_API_URL, e.g. a "
-        "`prefect server start`) and runs them on schedule until stopped.",
+        help="serve the eval and eval-corpus-refresh flows (and scheduled reindexes) on cron schedules",
+        description="Registers the eval and eval-corpus-refresh deployments, plus one `reindex` "
+        "deployment per --reindex, with the Prefect API (PREFECT_API_URL, e.g. a `prefect server "
+        "start`) and runs them on schedule until stopped. --dry-run needs no Prefect API.",
+        epilog=SERVE_FLOWS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--eval-cron", default="0 6 * * *", help="cron for the eval flow (default 06:00 daily)")
     p.add_argument("--refresh-cron", default="0 5 * * *", help="cron for eval-corpus-refresh (05:00 daily)")
+    p.add_argument(
+        "--reindex",
+        action="append",
+        default=[],
+        metavar="ROOT[:SCOPE]@CRON",
+        help="also reindex ROOT (only SCOPE, if given) incrementally on CRON; repeatable",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the deployments as JSON and exit")
     _common(p)
     return parser
@@ -265,6 +300,9 @@ def _err(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.errors import quiet_lock_traceback, store_unavailable_message
+
+    quiet_lock_traceback()
     from evaluation.cases import CaseFileError
     from evaluation.report import BaselineError
     from ingest.locks import ScopeLocked
@@ -286,18 +324,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _db(args, settings)
         if args.command == "serve-flows":
             return _serve_flows(args, settings)
+        if args.command in ("docs", "scope", "forget"):
+            from flows.manage_cli import run
+
+            return run(args, settings)
         if args.command == "serve":
             from flows.serve import serve
 
             return serve(settings, args.host, args.port)
-        return _status(args, settings)
+        from flows.manage_cli import status
+
+        return status(args, settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         return _err(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+    except StoreUnavailable as exc:
+        return _err(store_unavailable_message(exc, settings.resolved_milvus_uri))
     except (
         RootError,
         InvalidValue,
-        StoreUnavailable,
         LookupError_,
         IndexMissing,
         CaseFileError,
@@ -322,7 +367,13 @@ def _reindex(args: argparse.Namespace, settings: Any) -> int:
         from flows.reindex import run_reindex_flow
 
         ok, data = run_reindex_flow(
-            args.paths, args.scope, args.full, str(settings.home), args.task_runner, args.dask_address
+            args.paths,
+            args.scope,
+            args.full,
+            str(settings.home),
+            args.task_runner,
+            args.dask_address,
+            allow_mass_delete=args.allow_mass_delete,
         )
         scopes = {k: ScopeSummary(**v) for k, v in data.pop("scopes").items()}
         data.pop("ok")
@@ -333,7 +384,12 @@ def _reindex(args: argparse.Namespace, settings: Any) -> int:
             _run_with_progress(reindex, args, settings, err)
             if show
             else reindex(
-                args.paths, scope=args.scope, full=args.full, settings=settings, wait_seconds=args.wait
+                args.paths,
+                scope=args.scope,
+                full=args.full,
+                settings=settings,
+                wait_seconds=args.wait,
+                allow_mass_delete=args.allow_mass_delete,
             )
         )
     if args.json:
@@ -368,6 +424,7 @@ def _run_with_progress(reindex: Any, args: argparse.Namespace, settings: Any, co
             settings=settings,
             progress=progress,
             wait_seconds=args.wait,
+            allow_mass_delete=args.allow_mass_delete,
         )
 
 
@@ -388,6 +445,8 @@ def _print_summary(summary: Any, console: Any) -> None:
             f"collection {sc.collection} -> {sc.physical_collection}",
             highlight=False,
         )
+    for d in summary.removed_docs:
+        console.print(f"removed {d['kb_scope']}/{d['doc_id']} ({d['path']})", highlight=False, markup=False)
     for w in summary.warnings:
         console.print(f"[yellow]warning[/yellow] {w['path']}: {w['reason']}", highlight=False)
     if summary.skipped_other_scope:
@@ -588,57 +647,20 @@ def _db(args: argparse.Namespace, settings: Any) -> int:
 
 def _serve_flows(args: argparse.Namespace, settings: Any) -> int:
     from flows.eval import deployments_summary, serve_flows
+    from flows.schedules import ScheduleSpecError, parse_reindex_specs, reindex_deployments
 
     home = str(settings.home.resolve())
+    try:
+        schedules = parse_reindex_specs(args.reindex)
+    except ScheduleSpecError as exc:
+        return _err(str(exc))
     if args.dry_run:
-        print(json.dumps(deployments_summary(home, args.eval_cron, args.refresh_cron), indent=1))
+        from flows.schedules import reindex_deployments_summary
+
+        out = deployments_summary(home, args.eval_cron, args.refresh_cron)
+        print(json.dumps(out + reindex_deployments_summary(schedules, home), indent=1))
         return 0
-    serve_flows(home, args.eval_cron, args.refresh_cron)
-    return 0
-
-
-def _status(args: argparse.Namespace, settings: Any) -> int:
-    from rich.console import Console
-
-    from ingest.status import last_run, scope_statuses
-    from kbcore.stores import open_stores
-
-    stores = open_stores(settings)
-    statuses = scope_statuses(stores)
-    run = last_run(stores)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "home": str(settings.home),
-                    "milvus_uri": stores.settings.resolved_milvus_uri,
-                    "scopes": [s.to_dict() for s in statuses],
-                    "last_run": run,
-                },
-                ensure_ascii=False,
-            )
-        )
-        return 0
-    console = Console(soft_wrap=True)
-    if not statuses:
-        console.print(
-            f"nothing indexed under {stores.settings.resolved_milvus_uri}; run `kbflow reindex PATH`"
-        )
-        return 0
-    console.print(f"kbflow status — milvus {stores.settings.resolved_milvus_uri}", highlight=False)
-    for st in statuses:
-        target = st.alias_target or "[red]MISSING: run `kbflow reindex --full`[/red]"
-        console.print(
-            f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
-            f"({st.documents_with_errors} with errors), {st.chunks} chunks in Milvus "
-            f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
-            f"  analyzer {st.analyzer}, model {st.model} ({st.dim}-d), updated {st.updated_at}",
-            highlight=False,
-        )
-    if run:
-        console.print(
-            f"last reindex: {run['finished_at']} ({run['mode']}, {'ok' if run['ok'] else 'with failures'})"
-        )
+    serve_flows(home, args.eval_cron, args.refresh_cron, extra=reindex_deployments(schedules, home))
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +94,14 @@ def eval_flow(home: str | None = None, modes: list[str] | None = None, baseline:
 
 
 def serve_flows(
-    home: str | None = None, eval_cron: str = "0 6 * * *", refresh_cron: str = "0 5 * * *"
+    home: str | None = None,
+    eval_cron: str = "0 6 * * *",
+    refresh_cron: str = "0 5 * * *",
+    extra: Sequence[Any] = (),
 ) -> None:
-    """Serve both flows unattended (blocks). Needs a Prefect API (`prefect server start` or
-    PREFECT_API_URL); the refresh runs an hour before the eval by default."""
+    """Serve both flows unattended (blocks), with any `extra` deployments (scheduled reindexes).
+    Needs a Prefect API (`prefect server start` or PREFECT_API_URL); the refresh runs an hour
+    before the eval by default."""
     from prefect import serve
 
     params = {"home": home} if home else {}
@@ -105,6 +110,7 @@ def serve_flows(
             name="kbflow-eval-corpus-refresh", cron=refresh_cron, parameters=params
         ),
         eval_flow.to_deployment(name="kbflow-eval", cron=eval_cron, parameters=params),
+        *extra,
     )
 
 

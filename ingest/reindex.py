@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from ingest.chunking import CHUNKER_VERSION, Chunk, chunk_markdown
 from ingest.l0_index import build_l0_entry, delete_l0, write_l0
 from ingest.locks import ScopeLocks, scope_locks
+from ingest.manage import drop_if_empty
 from ingest.parsing import ParsedDocument
 from ingest.planning import ScopePlan, plan_scope
 from ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
@@ -565,3 +566,5 @@ def _index_scopes(
             continue
         summary.add_scope(scope_summary)
         failures.extend(scope_failures)
+        if scope_summary.documents == 0 and drop_if_empty(stores, sc, already_locked=True):
+            scope_summary.collection = scope_summary.physical_collection = ""  # nothing left to serve

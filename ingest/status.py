@@ -1,8 +1,12 @@
-"""What is indexed, per scope: records in SQL next to what Milvus actually holds."""
+"""What is indexed, per scope and per root: records in SQL next to what Milvus actually holds.
+
+A scope without any document is not listed: it holds nothing a lookup could return
+(`ingest.manage.drop_if_empty` removes such a scope).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import case, func, select
@@ -25,6 +29,7 @@ class ScopeStatus:
     model: str
     dim: int
     updated_at: str
+    roots: dict[str, int] = field(default_factory=dict)  # documents per root
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,7 +50,17 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
                 ).group_by(DocumentRow.kb_scope)
             )
         }
+        per_root = session.execute(
+            select(DocumentRow.kb_scope, DocumentRow.root, func.count())
+            .group_by(DocumentRow.kb_scope, DocumentRow.root)
+            .order_by(DocumentRow.kb_scope, DocumentRow.root)
+        ).all()
+    roots: dict[str, dict[str, int]] = {}
+    for scope, root, n in per_root:
+        roots.setdefault(scope, {})[root] = int(n)
     for row in scopes:
+        if row.kb_scope not in counts:
+            continue  # no document: nothing to show (nor to find)
         target = ms.alias_target(stores.milvus, row.alias)
         chunks = 0
         if target is not None:
@@ -65,9 +80,21 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
                 model=row.model_id,
                 dim=row.dim,
                 updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
+                roots=roots.get(row.kb_scope, {}),
             )
         )
     return out
+
+
+def root_counts(statuses: list[ScopeStatus]) -> list[dict[str, Any]]:
+    """Documents per root across scopes: [{root, documents, scopes: {scope: n}}], by root."""
+    out: dict[str, dict[str, Any]] = {}
+    for st in statuses:
+        for root, n in st.roots.items():
+            entry = out.setdefault(root, {"root": root, "documents": 0, "scopes": {}})
+            entry["documents"] += n
+            entry["scopes"][st.kb_scope] = n
+    return [out[r] for r in sorted(out)]
 
 
 def last_run(stores: Stores) -> dict[str, Any] | None:

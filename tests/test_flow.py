@@ -36,6 +36,15 @@ def test_flow_completes_and_publishes_summary(tmp_path, harness):
     artifacts = asyncio.run(_artifact("reindex-summary"))
     assert any("| documents unchanged | 2 |" in a.data for a in artifacts)
 
+    (docs / "b.md").unlink()
+    ok, removed = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))
+    assert ok and removed["removed_docs"][0]["doc_id"] == "doc-b"
+    artifacts = asyncio.run(_artifact("reindex-summary"))
+    assert any("## Removed" in a.data and "| flow | doc-b |" in a.data for a in artifacts)
+    (docs / "a.md").unlink()  # the root is now empty: the flow refuses and ends Failed
+    ok, refused = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))
+    assert not ok and refused["removed"] == 0 and "no Markdown file found" in refused["failed"][0]["reason"]
+
 
 def test_flow_ends_failed_when_a_document_fails(tmp_path, harness):
     docs = tmp_path / "docs"

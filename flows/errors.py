@@ -1,0 +1,60 @@
+"""Expected failures of a kbflow command, told in one line: no traceback.
+
+A Milvus Lite file belongs to one process at a time. When another process holds it, milvus_lite
+logs the lock error *with its traceback* before pymilvus gives up, and pymilvus's own error
+only says "Open local milvus failed". For a person that is noise around a simple fact: the
+file is busy, here is who holds it and what to do. The CLI drops that one log record and says
+it in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kbcore.milvus_store import lock_holder
+
+LOCK_LOGGER = "milvus_lite.server_manager"
+
+
+def _is_lock_error(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 10:
+        if type(exc).__name__ == "DataDirLockedError":
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class _DropLockTraceback(logging.Filter):
+    """Drops milvus_lite's traceback for a held file; every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _is_lock_error(record.exc_info[1]))
+
+
+def quiet_lock_traceback() -> None:
+    """Install the filter once per process (the StoreUnavailable that follows says it all)."""
+    logger = logging.getLogger(LOCK_LOGGER)
+    if not any(isinstance(f, _DropLockTraceback) for f in logger.filters):
+        logger.addFilter(_DropLockTraceback())
+
+
+def store_unavailable_message(exc: BaseException, uri: str) -> str:
+    """One line for a store that could not be opened: for a held Milvus Lite file, the holder's
+    pid and command and the three ways out; otherwise the error itself, on one line."""
+    text = " ".join(str(exc).split())
+    if uri.startswith(("http://", "https://", "tcp://", "grpc://")):
+        return text
+    if "held by" not in text and "lock" not in text.lower() and "Open local milvus failed" not in text:
+        return text
+    holder = lock_holder(uri)
+    if holder is None:
+        who = "another process"
+    else:
+        cmd = " ".join(holder[1].split())
+        who = f"process {holder[0]} ({cmd[:100]}{'…' if len(cmd) > 100 else ''})"
+    return (
+        f"the Milvus Lite file {uri} is in use by {who}; one process at a time. Wait for it to "
+        "finish or stop it, run `kbflow serve` to own the file (other kbflow commands on this "
+        "home then go through it), or set KBFLOW_MILVUS_URI to a Milvus server."
+    )
