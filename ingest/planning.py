@@ -78,6 +78,7 @@ def plan_scope(
     # a root that no longer exists and whose documents turned up under this run's roots was
     # renamed (or its link re-pointed): what did not turn up was deleted
     adopted = {r for r in moved_from if r not in roots and not os.path.exists(r)}
+    adopted |= _same_directories({r.root for r in rows} - set(roots), roots)
     seen = {d.doc_id for d in docs}
     stale, protected, keep = [], [], []
     for row in rows:
@@ -92,6 +93,19 @@ def plan_scope(
     plan = ScopePlan(scope, docs, existing, to_write, unchanged, stale, protected, keep, failures)
     guard_deletions(plan, scan, settings)
     return plan
+
+
+def _same_directories(recorded: set[str], roots: Sequence[str]) -> set[str]:
+    """Recorded roots that are one of this run's roots under another spelling (a symlinked
+    parent, a record from before roots were kept as given)."""
+    out = set()
+    for old in recorded:
+        try:
+            if any(os.path.samefile(old, root) for root in roots):
+                out.add(old)
+        except OSError:  # gone, or unreadable: not the same directory as far as we can tell
+            continue
+    return out
 
 
 def _claimed_elsewhere(row: DocumentRow, doc: ParsedDocument) -> bool:

@@ -352,3 +352,14 @@ def test_an_index_from_before_free_text_sources_keeps_serving_and_widens_once(
     assert ms.source_capacity(stores.milvus, ms.alias_target(stores.milvus, alias)) == ms.SOURCE_MAX_BYTES
     assert top_doc("etcd lost quorum", settings, "old") == "docs/runbooks/etcd.md"
     assert top_doc("connection pool exhausted", settings, "old") == "mysql-pool"
+
+
+def test_a_root_given_through_a_symlinked_parent_is_the_same_root(tmp_path, settings, stores):
+    real = tmp_path / "real-parent" / "docs"
+    write_real(real)
+    reindex([real], settings=settings, stores=stores)
+    (tmp_path / "link").symlink_to(tmp_path / "real-parent")
+    (real / "odd.md").unlink()
+    summary = reindex([tmp_path / "link" / "docs"], settings=settings, stores=stores)
+    assert summary.ok and summary.chunks_embedded == 0
+    assert [d["doc_id"] for d in summary.removed_docs] == [REAL_IDS["odd.md"]]
