@@ -72,3 +72,33 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+POSTGRES_URL = os.environ.get("KBFLOW_TEST_POSTGRES_URL", "")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path: Path):
+    """A fresh database per test: a SQLite file, or a new database on the PostgreSQL server that
+    KBFLOW_TEST_POSTGRES_URL names (.ci/run starts one on loopback; locally:
+    `export KBFLOW_TEST_POSTGRES_URL=$(bash scripts/postgres.sh)`). Without it the PostgreSQL
+    cases are skipped."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'kb.db'}"
+        return
+    if not POSTGRES_URL:
+        pytest.skip("KBFLOW_TEST_POSTGRES_URL not set (CI sets it; locally: bash scripts/postgres.sh)")
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    name = f"kbflow_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))  # name is generated here, not user input
+    yield POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+    reset_retrievers()
+    close_all()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()

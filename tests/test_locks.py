@@ -1,11 +1,17 @@
-"""Two reindex runs on one scope never interleave; a killed run blocks nothing and converges."""
+"""Two reindex runs on one scope never interleave; a killed run blocks nothing and converges.
+
+Every test here runs on SQLite and on PostgreSQL (the `database_url` fixture in conftest; the
+PostgreSQL cases need KBFLOW_TEST_POSTGRES_URL, which .ci/run sets)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -15,8 +21,24 @@ from sqlalchemy import select, update
 
 from ingest.locks import ScopeLocked, ScopeLocks
 from ingest.reindex import reindex
-from kbcore.sql import DocumentRow, ScopeLockRow, utcnow
+from kbcore import milvus_store as ms
+from kbcore.settings import Settings
+from kbcore.sql import DocumentRow, ScopeLockRow, SqlStore, utcnow
+from kbcore.stores import open_stores
+from retrieval import lookup_knowledge
 from tests.conftest import REPO, write_doc
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    """Overrides conftest's: the SQL side on each backend (the `stores` fixture follows)."""
+    return Settings(home=tmp_path / "home", database_url=database_url)
+
+
+def _dead_pid() -> int:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
 
 
 def test_second_holder_is_refused_with_the_holder_named(stores):
@@ -31,15 +53,14 @@ def test_second_holder_is_refused_with_the_holder_named(stores):
     second.acquire(["ops"])
     assert [r.owner for r in second.holders()] == [second.owner]
     second.release()
+    assert second.holders() == []
 
 
 def test_dead_or_silent_holders_are_taken_over(stores):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    import socket
-
     with stores.sql.session() as s, s.begin():
-        s.add(ScopeLockRow(kb_scope="a", owner="gone", host=socket.gethostname(), pid=dead.pid))
+        # this host, a pid that has exited, a fresh heartbeat: the pid decides
+        s.add(ScopeLockRow(kb_scope="a", owner="gone", host=socket.gethostname(), pid=_dead_pid()))
+        # another host (its pid cannot be checked), silent for an hour: the heartbeat decides
         s.add(
             ScopeLockRow(
                 kb_scope="b",
@@ -51,8 +72,50 @@ def test_dead_or_silent_holders_are_taken_over(stores):
         )
     locks = ScopeLocks(stores.sql)
     locks.acquire(["a", "b"])
-    assert {r.kb_scope: r.owner for r in locks.holders()} == {"a": locks.owner, "b": locks.owner}
+    assert {r.kb_scope: (r.owner, r.pid) for r in locks.holders()} == {
+        "a": (locks.owner, os.getpid()),
+        "b": (locks.owner, os.getpid()),
+    }
     locks.release()
+    assert locks.holders() == []
+
+
+def test_a_live_holder_on_another_host_is_not_taken_over(stores):
+    with stores.sql.session() as s, s.begin():
+        s.add(ScopeLockRow(kb_scope="ops", owner="far", host="other-host", pid=4242))
+    locks = ScopeLocks(stores.sql)
+    with pytest.raises(ScopeLocked, match="scope 'ops' is being reindexed by pid 4242 on other-host"):
+        locks.acquire(["ops"])
+    assert [(r.owner, r.host) for r in locks.holders()] == [("far", "other-host")]
+
+
+@pytest.mark.parametrize("left_by", ["nobody", "a dead run"])
+def test_runs_racing_for_a_scope_get_it_exactly_once(stores, left_by):
+    if left_by == "a dead run":
+        with stores.sql.session() as s, s.begin():
+            s.add(ScopeLockRow(kb_scope="ops", owner="gone", host=socket.gethostname(), pid=_dead_pid()))
+    racers = [ScopeLocks(stores.sql) for _ in range(4)]
+    start = threading.Barrier(len(racers))
+    outcome: dict[str, object] = {}
+
+    def race(locks: ScopeLocks) -> None:
+        start.wait(timeout=60)
+        try:
+            locks.acquire(["ops"])
+            outcome[locks.owner] = "held"
+        except Exception as exc:  # ScopeLocked is the expected loss; anything else fails below
+            outcome[locks.owner] = exc
+
+    threads = [threading.Thread(target=race, args=(r,)) for r in racers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    winners = [owner for owner, o in outcome.items() if o == "held"]
+    losers = [o for o in outcome.values() if o != "held"]
+    assert len(winners) == 1, outcome
+    assert len(losers) == 3 and all(isinstance(o, ScopeLocked) for o in losers), losers
+    assert [r.owner for r in racers[0].holders()] == winners
 
 
 def test_reindex_refuses_a_locked_scope_and_leaves_it_alone(tmp_path, settings, stores):
@@ -68,20 +131,84 @@ def test_reindex_refuses_a_locked_scope_and_leaves_it_alone(tmp_path, settings, 
     assert reindex([docs], settings=settings, stores=stores).added == 1
 
 
-def test_killed_run_leaves_the_index_intact_and_the_next_run_converges(tmp_path, settings):
-    docs = tmp_path / "docs"
-    for i in range(40):
+# --- a run killed in the middle of a --full rebuild ------------------------------------------
+
+TOPICS = {
+    "redis-evictions": (
+        "Cache > Redis",
+        "Redis evictions",
+        "evicted_keys keeps growing because Redis reached maxmemory",
+    ),
+    "kafka-lag": (
+        "Message Queue > Kafka",
+        "Kafka consumer lag",
+        "the consumer group lag keeps growing and records-lag-max rises",
+    ),
+    "mysql-pool": (
+        "Database > MySQL",
+        "MySQL connection pool exhausted",
+        "HikariCP reports connection is not available after 30000ms",
+    ),
+}
+FIXES = {
+    1: "Raise maxmemory, then restart the consumer or the pool (runbook revision one).",
+    2: "Scale out the instance and alert the owning team first (runbook revision two).",
+}
+
+
+def write_corpus(docs: Path, revision: int) -> None:
+    for source, (breadcrumb, title, symptom) in TOPICS.items():
         write_doc(
             docs,
-            f"d{i}.md",
-            source=f"doc-{i}",
+            f"{source}.md",
+            source=source,
             scope="ops",
-            body=f"# Doc {i}\n\n## Part\n\n" + " ".join(f"word{j} detail{i}" for j in range(120)) + "\n",
+            breadcrumb=breadcrumb,
+            body=f"# {title}\n\n## Symptoms\n\nWhen {symptom}: {FIXES[revision]}\n",
         )
-    env = {**os.environ, "KBFLOW_HOME": str(settings.home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
+def served_revision(settings: Settings) -> set[str]:
+    """Which runbook revision a lookup answers with (and that it answers with evidence)."""
+    r = lookup_knowledge("redis evicted_keys keeps growing maxmemory", kb_scope="ops", settings=settings)
+    assert r.found and r.evidence and r.evidence[0].doc_id == "redis-evictions", r.message
+    return {rev for rev in ("revision one", "revision two") for e in r.evidence if rev in e.excerpt}
+
+
+# The killed run: the real `reindex --full` through the public API, paused (not finished) once
+# rows are written into its new collection — after "rebuild 1/3", before the alias moves — so
+# the SIGKILL lands there every time instead of after a guessed sleep.
+KILLED_RUN = """
+import sys, time
+from pathlib import Path
+from ingest.reindex import reindex
+from kbcore.settings import Settings
+seen = []
+def progress(stage, done, total):
+    seen.append(f"{stage} {done}/{total}")
+    if stage == "write":
+        part = Path(sys.argv[2] + ".part")
+        part.write_text("\\n".join(seen))
+        part.rename(sys.argv[2])  # whole, or not there yet
+        time.sleep(600)
+reindex([sys.argv[1]], scope="ops", full=True, settings=Settings(), progress=progress)
+"""
+
+
+def kill_a_full_rebuild_midway(tmp_path: Path, settings: Settings) -> str:
+    """Index revision one (another process), change every document to revision two, SIGKILL a
+    `--full` run in the middle; returns the physical collection the alias served before."""
+    docs = tmp_path / "docs"
+    write_corpus(docs, 1)
+    env = {
+        **os.environ,
+        "KBFLOW_HOME": str(settings.home),
+        "KBFLOW_DATABASE_URL": settings.resolved_database_url,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     kbflow = str(Path(sys.executable).with_name("kbflow"))
     first = subprocess.run(
-        [kbflow, "reindex", str(docs), "--scope", "ops"],
+        [kbflow, "reindex", str(docs), "--scope", "ops", "--json"],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -89,51 +216,77 @@ def test_killed_run_leaves_the_index_intact_and_the_next_run_converges(tmp_path,
         timeout=600,
     )
     assert first.returncode == 0, first.stderr
-    for i in range(40):  # change every document, then kill the rebuild mid-way
-        write_doc(
-            docs,
-            f"d{i}.md",
-            source=f"doc-{i}",
-            scope="ops",
-            body=f"# Doc {i} v2\n\n## Part\n\n" + " ".join(f"term{j} note{i}" for j in range(120)) + "\n",
-        )
+    served = json.loads(first.stdout)["scopes"]["ops"]["physical_collection"]
+    write_corpus(docs, 2)
+    paused = tmp_path / "paused"
     run = subprocess.Popen(
-        [kbflow, "reindex", str(docs), "--scope", "ops", "--full"],
+        [sys.executable, "-c", KILLED_RUN, str(docs), str(paused)],
         env=env,
         cwd=REPO,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    from kbcore.settings import Settings
-    from kbcore.sql import SqlStore
-
-    sql = SqlStore(Settings(home=settings.home).resolved_database_url)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        with sql.session() as s:
-            if s.get(ScopeLockRow, "ops") is not None:
-                break
-        time.sleep(0.2)
-    time.sleep(1.5)  # inside the run: embedding the changed chunks
+    deadline = time.monotonic() + 300
+    while not paused.exists():
+        assert run.poll() is None, f"the run ended before it was killed: {run.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "the run never reached its write step"
+        time.sleep(0.1)
+    seen = paused.read_text().splitlines()
+    assert "rebuild 1/3" in seen and "rebuild 2/3" not in seen  # built into a new collection, unserved
     run.send_signal(signal.SIGKILL)
-    run.wait()
-    with sql.session() as s, s.begin():  # the lock outlives the killed process
-        assert s.get(ScopeLockRow, "ops") is not None
+    run.wait(60)
+    run.stderr.close()
+    assert run.returncode == -signal.SIGKILL  # really killed, not finished
+
+    sql = SqlStore(settings.resolved_database_url)
+    with sql.session() as s, s.begin():  # the lock outlives the killed process...
+        lock = s.get(ScopeLockRow, "ops")
+        assert lock is not None and lock.pid == run.pid
+        # ...with a fresh heartbeat, so only the dead pid can free it
         s.execute(update(ScopeLockRow).values(heartbeat_at=utcnow()))
     sql.dispose()
+    return served
 
-    from kbcore.stores import open_stores
 
+def collections_of(stores, alias: str) -> list[str]:
+    return sorted(c for c in stores.milvus.list_collections() if c.startswith(alias + "__"))
+
+
+def test_killed_run_leaves_the_index_intact_and_the_next_run_converges(tmp_path, settings):
+    served = kill_a_full_rebuild_midway(tmp_path, settings)
     stores = open_stores(settings)
-    from kbcore import milvus_store as ms
-    from kbcore.validation import eq
-
     alias = ms.alias_for(settings.collection_prefix, "ops")
+
+    assert ms.alias_target(stores.milvus, alias) == served  # the alias never moved
+    leftover = [c for c in collections_of(stores, alias) if c != served]
+    assert len(leftover) == 1  # the killed run's half-built collection
+    assert served_revision(settings) == {"revision one"}  # the old text is still served
     stores.milvus.load_collection(alias)
-    served = stores.milvus.query(alias, filter=eq("kb_scope", "ops"), output_fields=["doc_id"])
-    assert len({r["doc_id"] for r in served}) == 40  # the old index is still served, whole
-    again = reindex([docs], settings=settings, stores=stores)  # dead holder: lock taken over
-    assert again.ok and again.updated == 40
-    assert reindex([docs], settings=settings, stores=stores).chunks_written == 0  # converged
-    texts = stores.milvus.query(alias, filter=eq("kb_scope", "ops"), output_fields=["text"])
-    assert texts and all(" v2 > Part" in r["text"] and "word1 " not in r["text"] for r in texts)
+    rows = stores.milvus.query(alias, filter='kb_scope == "ops"', output_fields=["doc_id", "text"])
+    assert {r["doc_id"] for r in rows} == set(TOPICS)  # whole: every document
+    assert all("revision one" in r["text"] for r in rows)
+
+    again = reindex([tmp_path / "docs"], scope="ops", full=True, settings=settings, stores=stores)
+    assert again.ok and again.updated == len(TOPICS)  # the dead run's lock was taken over
+    rebuilt = again.scopes["ops"].physical_collection
+    assert rebuilt not in (served, *leftover)
+    assert collections_of(stores, alias) == [rebuilt]  # the leftover is gone, and the old one
+    assert ms.alias_target(stores.milvus, alias) == rebuilt
+    assert served_revision(settings) == {"revision two"}
+    assert ScopeLocks(stores.sql).holders() == []
+
+    steady = reindex([tmp_path / "docs"], settings=settings, stores=stores)
+    assert steady.ok and steady.unchanged == len(TOPICS)  # converged
+    assert steady.chunks_written == 0 and steady.chunks_embedded == 0
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_incremental_run_after_a_killed_rebuild_drops_its_leftover(tmp_path, settings):
+    served = kill_a_full_rebuild_midway(tmp_path, settings)
+    stores = open_stores(settings)
+    alias = ms.alias_for(settings.collection_prefix, "ops")
+    again = reindex([tmp_path / "docs"], settings=settings, stores=stores)
+    assert again.ok and again.updated == len(TOPICS)
+    assert served_revision(settings) == {"revision two"}
+    assert collections_of(stores, alias) == [served]

@@ -1,12 +1,13 @@
 """The SQL side (documents, L0, embedding cache, locks, audit) on SQLite and on PostgreSQL,
 and schema migrations that keep data. PostgreSQL runs when KBFLOW_TEST_POSTGRES_URL names a
-server (.ci/run starts one on loopback); locally without one those cases are skipped."""
+server (.ci/run starts one on loopback; the `database_url` fixture is in conftest); locally
+without one those cases are skipped."""
 
 from __future__ import annotations
 
-import os
-import uuid
+import threading
 
+import numpy as np
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -14,35 +15,14 @@ from sqlalchemy import create_engine, select, text
 
 from flows.cli import main
 from ingest.reindex import reindex
+from kbcore import milvus_store as ms
+from kbcore.embedder import EmbeddingCache, EmbedStats, get_embedder
 from kbcore.schema import SchemaOutdated, current_revision, head_revision, upgrade
 from kbcore.settings import Settings
-from kbcore.sql import Base, DocumentRow, LookupAuditRow, SqlStore
+from kbcore.sql import Base, DocumentRow, EmbeddingCacheRow, LookupAuditRow, SqlStore
 from kbcore.stores import open_stores
 from retrieval import lookup_knowledge
 from tests.conftest import write_doc
-
-PG = os.environ.get("KBFLOW_TEST_POSTGRES_URL", "")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'kb.db'}"
-        return
-    if not PG:
-        pytest.skip("KBFLOW_TEST_POSTGRES_URL not set (CI sets it)")
-    name = f"kbflow_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))  # name is generated here, not user input
-    url = PG.rsplit("/", 1)[0] + "/" + name
-    yield url
-    from kbcore.stores import close_all
-
-    close_all()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def test_migrations_build_exactly_the_models(database_url):
@@ -117,3 +97,106 @@ def test_reindex_lookup_and_audit_on_the_backend(database_url, tmp_path):
     with stores.sql.session() as s:
         row = s.get(LookupAuditRow, r.audit_id)
         assert row.evidence_keys[0].startswith("kafka-lag#") and row.result["found"] is True
+
+
+# --- embedding cache ------------------------------------------------------------------------
+
+CACHE_TEXTS = [
+    "The consumer group lag keeps growing; records-lag-max rises.",
+    "evicted_keys grows when maxmemory is reached.",
+    "HikariCP: connection is not available, request timed out after 30000ms.",
+]
+
+
+def test_second_embedding_of_the_same_texts_is_served_from_the_cache(database_url):
+    embedder = get_embedder()
+    sql = SqlStore(database_url)
+    first_stats = EmbedStats()
+    first = EmbeddingCache(sql, embedder).embed(CACHE_TEXTS, first_stats)
+    assert (first_stats.embedded, first_stats.cache_hits) == (3, 0)
+    assert first.shape == (3, embedder.dim) and first.dtype == np.float32
+    assert np.allclose(first, embedder.encode(CACHE_TEXTS), atol=1e-6)  # the model's own vectors
+    sql.dispose()
+
+    sql = SqlStore(database_url)  # a later run: a new engine on the same database
+    again_stats = EmbedStats()
+    again = EmbeddingCache(sql, embedder).embed(CACHE_TEXTS, again_stats)
+    assert (again_stats.embedded, again_stats.cache_hits) == (0, 3)
+    assert np.array_equal(again, first)  # bit for bit what was stored
+
+    mixed_stats = EmbedStats()
+    mixed = EmbeddingCache(sql, embedder).embed([CACHE_TEXTS[2], "a text never seen before"], mixed_stats)
+    assert (mixed_stats.embedded, mixed_stats.cache_hits) == (1, 1)
+    assert np.array_equal(mixed[0], first[2])
+    with sql.session() as s:
+        assert len(s.scalars(select(EmbeddingCacheRow.text_hash)).all()) == 4
+    sql.dispose()
+
+
+def test_a_full_rebuild_reuses_the_cached_vectors(database_url, tmp_path):
+    settings = Settings(home=tmp_path / "home", database_url=database_url)
+    docs = tmp_path / "docs"
+    for i, body in enumerate(CACHE_TEXTS):
+        write_doc(docs, f"d{i}.md", source=f"doc-{i}", scope="ops", body=f"# Doc {i}\n\n## Notes\n\n{body}\n")
+    first = reindex([docs], settings=settings)
+    assert first.ok and first.chunks_embedded == first.chunks_written == 3 and first.cache_hits == 0
+    stores = open_stores(settings)
+    alias = ms.alias_for(settings.collection_prefix, "ops")
+
+    def served_vectors() -> dict[str, list[float]]:
+        stores.milvus.load_collection(alias)
+        rows = stores.milvus.query(alias, filter='kb_scope == "ops"', output_fields=["id", "dense"])
+        return {r["id"]: list(r["dense"]) for r in rows}
+
+    before = served_vectors()
+    full = reindex([docs], full=True, settings=settings)
+    assert full.ok and full.chunks_written == 3
+    assert full.chunks_embedded == 0 and full.cache_hits == 3  # nothing embedded twice
+    assert full.scopes["ops"].physical_collection != first.scopes["ops"].physical_collection
+    assert served_vectors() == before  # the new collection serves the very same vectors
+
+
+class _GatedModel:
+    """Stands in for the model: every caller must be inside `encode` before any returns, so two
+    runs both miss the cache and then store the same texts at the same moment."""
+
+    model_id = "test/gated"
+    dim = 4
+    batch_size = 64
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.barrier.wait(timeout=60)
+        return np.ones((len(texts), self.dim), dtype=np.float32)
+
+
+def test_two_runs_embedding_the_same_new_texts_at_once_both_succeed(database_url):
+    """Scope locks let runs on different scopes proceed together, and two scopes may hold the
+    same chunk text (the same runbook in two teams' scopes): both runs miss the cache and both
+    store the same keys. Each must get its vectors, and the cache must hold each text once."""
+    texts = [f"shared escalation step {i}: page the on-call engineer" for i in range(200)]
+    sql = SqlStore(database_url)
+    model = _GatedModel(2)
+    results: list[object] = [None, None]
+
+    def run(i: int) -> None:
+        try:
+            results[i] = EmbeddingCache(sql, model).embed(texts)
+        except Exception as exc:  # recorded, asserted below
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert all(isinstance(r, np.ndarray) and r.shape == (200, 4) for r in results), [
+            r for r in results if not isinstance(r, np.ndarray)
+        ]
+        with sql.session() as s:
+            assert len(s.scalars(select(EmbeddingCacheRow.text_hash)).all()) == 200
+    finally:
+        sql.dispose()
