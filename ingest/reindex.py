@@ -314,6 +314,7 @@ def apply_incremental(
         # No collection yet (or it was lost): build the scope from scratch.
         return apply_full(stores, plan, progress, encoder)
     _check_scope_config(s, scope, scope_row, model_id)
+    ms.drop_unaliased(client, alias)  # a killed rebuild's half-built collection: never served
     lexical = lexical_config(s, scope_row.analyzer)
     if scope_row.analysis != lexical.version or ms.source_capacity(client, target) < ms.SOURCE_MAX_BYTES:
         # built under another analysis, or before free-text sources: a rebuild is the only way

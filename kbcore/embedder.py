@@ -99,6 +99,24 @@ class EmbeddingCache:
         self.sql = sql
         self.embedder = embedder
 
+    def _store(self, rows: list[dict]) -> None:
+        """Insert, keeping a row another run stored first: two runs that miss the same text at
+        once (scopes are locked one by one, text is shared) must both succeed."""
+        engine = self.sql.engine
+        if engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif engine.dialect.name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:  # other databases: one row at a time, a duplicate is the other run's same vector
+            insert = None
+        with self.sql.session() as s, s.begin():
+            if insert is not None:
+                for i in range(0, len(rows), 200):  # bound parameters per statement stay modest
+                    s.execute(insert(EmbeddingCacheRow).values(rows[i : i + 200]).on_conflict_do_nothing())
+            else:
+                for row in rows:
+                    s.merge(EmbeddingCacheRow(**row))
+
     def embed(
         self,
         texts: Sequence[str],
@@ -136,14 +154,18 @@ class EmbeddingCache:
             for i in range(0, len(todo), step):
                 part = todo[i : i + step]
                 vecs = (encode or self.embedder.encode)([t for _, t in part])
-                with self.sql.session() as s, s.begin():
-                    for (h, _), v in zip(part, vecs, strict=True):
-                        found[h] = v
-                        s.merge(
-                            EmbeddingCacheRow(
-                                model_id=model_id, text_hash=h, dim=dim, vector=v.astype("<f4").tobytes()
-                            )
-                        )
+                rows = []
+                for (h, _), v in zip(part, vecs, strict=True):
+                    found[h] = v
+                    rows.append(
+                        {
+                            "model_id": model_id,
+                            "text_hash": h,
+                            "dim": dim,
+                            "vector": v.astype("<f4").tobytes(),
+                        }
+                    )
+                self._store(rows)
                 if on_batch:
                     on_batch(len(part))
             stats.embedded += sum(1 for h in hashes if h in missing)
