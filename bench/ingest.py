@@ -55,7 +55,8 @@ def make_corpus(root: Path, docs: int, sections: int, words: int, seed: int = 7)
 
 def chunk_texts(root: Path, settings: Settings) -> list[str]:
     texts = []
-    for path in discover(root):
+    files, _problems = discover(root)
+    for path in files:
         text, digest = read_text(path, settings.max_file_bytes)
         doc, _ = parse_document(
             text, content_hash=digest, rel_path=path.name, root=str(root), default_scope="bench"
