@@ -3,8 +3,10 @@
 POST /v1/lookup {query, kb_scope, mode, agent} -> LookupResult (or RagToolResult when agent);
 GET /v1/scopes; GET /healthz. API keys (header `X-API-Key` or `Authorization: Bearer`) map to
 the kb_scopes they may read: no key -> 401, a scope outside the key -> 403 with no data, a
-malformed body -> 422 naming the field. With no keys configured the service is open and must
-bind loopback only. The model and stores load once, at start-up.
+malformed body -> 422 naming the field. A JSON body is read whatever its declared content
+type (`curl -d` sends a form type); a body that is not JSON is 415 naming the type expected.
+With no keys configured the service is open and must bind loopback only. The model and
+stores load once, at start-up.
 
 (No `from __future__ import annotations` here: FastAPI resolves the dependency annotations
 defined inside create_app at run time.)
@@ -18,7 +20,8 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from kbcore.settings import Settings
 from kbcore.validation import InvalidValue, validate_scope
@@ -35,6 +38,23 @@ class LookupRequest(BaseModel):
     kb_scope: str | None = None
     mode: Literal["hybrid", "dense"] = "hybrid"
     agent: bool = False
+
+
+def parse_lookup_body(raw: bytes) -> LookupRequest:
+    """JSON whatever the declared content type: `curl -d '{…}'` says form-urlencoded."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HTTPException(
+            status_code=415,
+            detail="the body must be a JSON object (Content-Type: application/json), e.g. "
+            '{"query": "kafka consumer lag", "kb_scope": "rag-eval"}',
+        ) from exc
+    try:
+        return LookupRequest.model_validate(data)
+    except ValidationError as exc:
+        detail = [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        raise HTTPException(status_code=422, detail=detail) from exc
 
 
 def load_keys(settings: Settings) -> dict[str, set[str]]:
@@ -109,8 +129,20 @@ def create_app(settings: Settings) -> FastAPI:
             ]
         }
 
-    @app.post("/v1/lookup")
-    def lookup(body: LookupRequest, allowed: Allowed) -> dict[str, Any]:
+    @app.post(
+        "/v1/lookup",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": LookupRequest.model_json_schema()}},
+            }
+        },
+    )
+    async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
+        body = parse_lookup_body(await request.body())
+        return await run_in_threadpool(answer, body, allowed)
+
+    def answer(body: LookupRequest, allowed: set[str] | None) -> dict[str, Any]:
         scope = body.kb_scope or None
         if scope is not None:
             try:
