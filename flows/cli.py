@@ -15,6 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+# Prefect's telemetry tries the network and, on its temporary server, logs "database is locked"
+# errors; kbflow turns it off unless the user chose (PREFECT_SERVER_ANALYTICS_ENABLED=true).
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
 EPILOG = """\
 Settings come from KBFLOW_* environment variables (e.g. KBFLOW_HOME, KBFLOW_MILVUS_URI,
 KBFLOW_DATABASE_URL, KBFLOW_EMBEDDING_MODEL, KBFLOW_CHUNK_MAX_CHARS); flags override them.
@@ -292,6 +296,29 @@ def _settings(args: argparse.Namespace) -> Any:
     return Settings(**overrides)
 
 
+def settings_error_message(exc: Exception) -> str:
+    """pydantic-settings says 'error parsing value for field "api_keys" from source …'; say which
+    variable and what it takes."""
+    import re
+
+    m = re.search(r'field "([^"]+)"', str(exc))
+    if not m:
+        return f"invalid setting: {exc}"
+    name = m.group(1)
+    return (
+        f"invalid setting {name} (KBFLOW_{name.upper()}): not valid JSON; it takes a JSON value, "
+        'e.g. KBFLOW_API_KEYS=\'{"k1": ["ops"]}\' or KBFLOW_SCOPE_ANALYZERS=\'{"kb-zh": "jieba"}\''
+    )
+
+
+def _say_what_loads(settings: Any) -> None:
+    """Importing torch and loading the model take seconds before any output: say so (stderr,
+    so --json output stays one object)."""
+    model = settings.embedding_model or "all-MiniLM-L6-v2 (packaged)"
+    where = settings.resolved_milvus_uri
+    print(f"kbflow: loading the embedding model {model} and the stores ({where}) …", file=sys.stderr)
+
+
 def _err(message: str) -> int:
     print(f"kbflow: error: {message}", file=sys.stderr)
     return 2
@@ -299,7 +326,8 @@ def _err(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from pydantic_settings import SettingsError
+
     from flows.errors import quiet_lock_traceback, store_unavailable_message
 
     quiet_lock_traceback()
@@ -314,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = _settings(args)
+        if args.command in ("reindex", "lookup", "serve") or (args.command == "eval" and not args.offline):
+            _say_what_loads(settings)
         if args.command == "reindex":
             return _reindex(args, settings)
         if args.command == "lookup":
@@ -338,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         first = exc.errors()[0]
         return _err(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+    except SettingsError as exc:
+        return _err(settings_error_message(exc))
     except StoreUnavailable as exc:
         return _err(store_unavailable_message(exc, settings.resolved_milvus_uri))
     except (

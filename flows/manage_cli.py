@@ -273,7 +273,7 @@ def status(args: argparse.Namespace, settings: Any) -> int:
             f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
             f"({st.documents_with_errors} with errors), {st.chunks} chunks in Milvus "
             f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
-            f"  analyzer {st.analyzer}, model {st.model} ({st.dim}-d), updated {st.updated_at}",
+            f"  analyzer {st.analyzer}, model {st.model} ({st.dim}-d), last changed {st.updated_at}",
             highlight=False,
         )
         for root, n in st.roots.items():
@@ -286,6 +286,7 @@ def status(args: argparse.Namespace, settings: Any) -> int:
         )
     if run:
         console.print(
-            f"last reindex: {run['finished_at']} ({run['mode']}, {'ok' if run['ok'] else 'with failures'})"
+            f"last reindex: {run['finished_at']} ({run['mode']}, "
+            f"{'ok' if run['ok'] else _n(run.get('failed', 0), 'failure')})"
         )
     return 0

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -165,12 +166,25 @@ def reindex_parallel_flow(
     return _reindex(roots, scope, full, home, parallel=True, allow_mass_delete=allow_mass_delete)
 
 
-def dask_runner(address: str | None, workers: int = 2) -> Any:
-    from prefect_dask import DaskTaskRunner
-
+@contextmanager
+def dask_cluster(address: str | None, workers: int = 2) -> Iterator[str]:
+    """The scheduler address to run on: the given one, or a local cluster this process starts
+    and closes itself once the flow (and with it the runner's client) is done. Left to the task
+    runner, the cluster could close while its client was still connected, which printed a
+    CommClosedError traceback after a successful run."""
     if address:
-        return DaskTaskRunner(address=address)
-    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})
+        yield address
+        return
+    import logging
+
+    from distributed import LocalCluster
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # a line per worker event is noise
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close(timeout=30)
 
 
 def run_reindex_flow(
@@ -183,13 +197,15 @@ def run_reindex_flow(
     allow_mass_delete: bool = False,
 ) -> tuple[bool, dict]:
     """Run the flow and return (ok, summary dict) without raising on a Failed run."""
+    kwargs = {"scope": scope, "full": full, "home": home, "allow_mass_delete": allow_mass_delete}
     if task_runner == "dask":
-        chosen = reindex_parallel_flow.with_options(task_runner=dask_runner(dask_address))
+        from prefect_dask import DaskTaskRunner
+
+        with dask_cluster(dask_address) as address:
+            chosen = reindex_parallel_flow.with_options(task_runner=DaskTaskRunner(address=address))
+            state = chosen(roots, **kwargs, return_state=True)
     else:
-        chosen = reindex_flow
-    state = chosen(
-        roots, scope=scope, full=full, home=home, allow_mass_delete=allow_mass_delete, return_state=True
-    )
+        state = reindex_flow(roots, **kwargs, return_state=True)
     data = state.result(raise_on_failure=False)
     if isinstance(data, BaseException):
         raise data

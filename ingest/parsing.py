@@ -35,7 +35,14 @@ class _AsWrittenYAML(YAMLHandler):
     """Scalars stay strings: YAML 1.1 would turn `no` into False and `0012` into 10."""
 
     def load(self, fm: str, **kwargs: object) -> Any:
-        return yaml.load(fm, Loader=yaml.BaseLoader)  # noqa: S506 - BaseLoader builds no objects
+        meta = yaml.load(fm, Loader=yaml.BaseLoader)  # noqa: S506 - BaseLoader builds no objects
+        if meta is not None and not isinstance(meta, dict):
+            kind = "a list" if isinstance(meta, list) else "a plain string"
+            raise DocumentError(
+                f"frontmatter is {kind}, not keys and values (such as `source: my-id`); "
+                "the file was not indexed"
+            )
+        return meta
 
 
 def _blank(value: Any) -> bool:
@@ -123,6 +130,8 @@ def parse_document(
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise DocumentError(f"invalid YAML frontmatter{where}: {problem}") from exc
+    except DocumentError:
+        raise
     except Exception as exc:  # python-frontmatter raises ValueError/TypeError on non-mapping YAML
         raise DocumentError(f"invalid frontmatter: {exc}") from exc
     meta: dict[str, Any] = dict(post.metadata)

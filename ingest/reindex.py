@@ -354,6 +354,8 @@ def apply_incremental(
             _upsert_scope_row(
                 session, scope, alias, target, scope_row.analyzer, model_id, scope_row.dim, lexical.version
             )
+        elif plan.to_write or plan.stale:
+            session.get(ScopeRow, scope).updated_at = utcnow()  # `status` shows when it last changed
     _count(summary, plan)
     return summary
 
@@ -409,8 +411,10 @@ def apply_full(
 def _count(summary: ScopeSummary, plan: ScopePlan, full: bool = False) -> None:
     written = plan.docs if full else plan.to_write
     changed = {d.doc_id for d in plan.to_write}  # by id: comparing whole documents is O(n²)
-    summary.added = sum(1 for d in written if d.doc_id not in plan.existing)
-    summary.updated = sum(1 for d in written if d.doc_id in plan.existing and d.doc_id in changed)
+    # a record an interrupted run left before the document was ever indexed is still new
+    served = {k for k, r in plan.existing.items() if r.indexed_at is not None or r.status != "writing"}
+    summary.added = sum(1 for d in written if d.doc_id not in served)
+    summary.updated = sum(1 for d in written if d.doc_id in served and d.doc_id in changed)
     summary.unchanged = len(plan.unchanged)
     summary.removed = len(plan.stale)
     summary.removed_docs = [

@@ -107,4 +107,5 @@ def last_run(stores: Stores) -> dict[str, Any] | None:
         "ok": row.ok,
         "mode": row.mode,
         "roots": row.roots,
+        "failed": len((row.summary or {}).get("failed", [])),
     }

@@ -33,7 +33,7 @@ async def _embed_task_runs() -> int:
     return len(runs)
 
 
-def test_dask_embedding_matches_sequential(tmp_path, prefect_harness, monkeypatch):
+def test_dask_embedding_matches_sequential(tmp_path, prefect_harness, monkeypatch, capfd):
     import asyncio
 
     monkeypatch.setenv("KBFLOW_EMBEDDING_BATCH_SIZE", "4")  # 24 chunks -> 6 batches over 2 workers
@@ -50,8 +50,12 @@ def test_dask_embedding_matches_sequential(tmp_path, prefect_harness, monkeypatc
     seq = Settings(home=tmp_path / "seq", embedding_batch_size=4)
     par = Settings(home=tmp_path / "par", embedding_batch_size=4)
     sequential = reindex([docs], settings=seq)
+    capfd.readouterr()
     ok, parallel = run_reindex_flow([str(docs)], None, False, str(par.home), task_runner="dask")
     assert ok and parallel["added"] == sequential.added == 12
+    printed = "".join(capfd.readouterr())
+    # the local cluster closes after its client: a successful run prints no traceback
+    assert "Traceback" not in printed and "CommClosedError" not in printed
     assert asyncio.run(_embed_task_runs()) >= 6
     assert parallel["chunks_embedded"] == sequential.chunks_embedded == 24
     a, b = vectors(seq, "par"), vectors(Settings(home=par.home), "par")

@@ -1,0 +1,123 @@
+"""What a new user meets in the first hour: each test reproduces one reported defect."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from flows.cli import main
+from ingest.parsing import DocumentError, parse_document
+from ingest.reindex import reindex
+from kbcore import milvus_store as ms
+from tests.conftest import REPO, write_doc
+
+KBFLOW = str(Path(sys.executable).with_name("kbflow"))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_ANALYTICS_ENABLED"}
+    return {**env, **extra}
+
+
+def test_prefect_telemetry_is_off_unless_the_user_turns_it_on(tmp_path):
+    current = (
+        "from prefect.settings import get_current_settings as s; enabled = s().server.analytics_enabled; "
+    )
+    probe = current + "import os, flows.cli; print(os.environ['PREFECT_SERVER_ANALYTICS_ENABLED'], enabled)"
+    off = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=_env(), capture_output=True, text=True)
+    assert off.stdout.split() == ["false", "False"], off.stderr
+    on = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=_env(PREFECT_SERVER_ANALYTICS_ENABLED="true"),
+        capture_output=True,
+        text=True,
+    )
+    assert on.stdout.split() == ["true", "True"], on.stderr
+    # `prefect …` run from the repository root reads pyproject.toml's [tool.prefect.server]
+    plain = current + "print(enabled)"
+    repo = subprocess.run([sys.executable, "-c", plain], cwd=REPO, env=_env(), capture_output=True, text=True)
+    assert repo.stdout.strip() == "False", repo.stderr
+
+
+def test_an_invalid_json_setting_is_one_line_and_exit_2(tmp_path):
+    done = subprocess.run(
+        [KBFLOW, "status", "--home", str(tmp_path / "home")],
+        env=_env(KBFLOW_API_KEYS="not json"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "KBFLOW_API_KEYS" in lines[0] and "JSON" in lines[0]
+
+
+def test_a_frontmatter_list_or_string_is_a_bad_file_not_the_default_scope(tmp_path, settings, stores):
+    for text, kind in (
+        ("---\n- a\n- b\n---\n# T\n\nbody\n", "a list"),
+        ("---\njust words\n---\n# T\n\nx\n", "a plain string"),
+    ):
+        try:
+            parse_document(text, content_hash="h", rel_path="x.md", root="/r", default_scope="default")
+        except DocumentError as exc:
+            assert f"frontmatter is {kind}" in exc.reason
+        else:
+            raise AssertionError(f"{kind} frontmatter was accepted")
+    docs = tmp_path / "docs"
+    (docs).mkdir()
+    (docs / "list.md").write_text("---\n- source: x\n---\n# T\n\nbody\n", encoding="utf-8")
+    write_doc(docs, "ok.md", source="ok", scope="s", body="# Ok\n\n## A\n\nFine.\n")
+    summary = reindex([docs], settings=settings, stores=stores)
+    assert [Path(f["path"]).name for f in summary.failed] == ["list.md"]
+    assert set(summary.scopes) == {"s"}  # nothing landed in `default`
+
+
+def test_a_new_document_after_an_interrupted_run_is_added_not_updated(
+    tmp_path, settings, stores, monkeypatch
+):
+    docs = tmp_path / "docs"
+    write_doc(docs, "a.md", source="a", scope="s", body="# A\n\n## X\n\nFirst page.\n")
+    reindex([docs], settings=settings, stores=stores)
+    write_doc(docs, "b.md", source="b", scope="s", body="# B\n\n## X\n\nSecond page.\n")
+    real = ms.upsert_rows
+
+    def lost_connection(*args, **kwargs):
+        raise ConnectionError("connection to Milvus lost")
+
+    monkeypatch.setattr(ms, "upsert_rows", lost_connection)
+    broken = reindex([docs], settings=settings, stores=stores)
+    assert not broken.ok and "store error" in broken.failed[0]["reason"]
+    monkeypatch.setattr(ms, "upsert_rows", real)
+    again = reindex([docs], settings=settings, stores=stores)
+    assert again.ok and again.added == 1 and again.updated == 0
+
+
+def test_status_shows_when_the_scope_last_changed_and_the_last_run(tmp_path, settings, stores, capsys):
+    docs = tmp_path / "docs"
+    write_doc(docs, "a.md", source="a", scope="s", body="# A\n\n## X\n\nFirst page.\n")
+    write_doc(docs, "b.md", source="b", scope="s", body="# B\n\n## X\n\nSecond page.\n")
+    write_doc(docs, "c.md", source="c", scope="s", body="# C\n\n## X\n\nThird page.\n")
+    reindex([docs], settings=settings, stores=stores)
+    assert main(["status", "--json", "--home", str(settings.home)]) == 0
+    first = json.loads(capsys.readouterr().out)["scopes"][0]["updated_at"]
+    time.sleep(1.1)
+    write_doc(docs, "a.md", source="a", scope="s", body="# A\n\n## X\n\nFirst page, edited.\n")
+    (docs / "c.md").unlink()
+    assert reindex([docs], settings=settings, stores=stores).ok
+    assert main(["status", "--home", str(settings.home)]) == 0
+    out = capsys.readouterr().out
+    assert first not in out and "last changed" in out
+    assert "last reindex:" in out and "(incremental, ok)" in out
+
+
+def test_start_up_says_what_is_loading(tmp_path, settings, capsys):
+    write_doc(tmp_path / "docs", "a.md", source="a", scope="s", body="# A\n\n## X\n\nFirst page.\n")
+    assert main(["reindex", str(tmp_path / "docs"), "--home", str(settings.home), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "loading the embedding model" in captured.err.splitlines()[0]
+    json.loads(captured.out)  # stdout stays one JSON object
