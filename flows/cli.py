@@ -57,7 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _reindex_parser,
+        _status_parser,
+        _manage_parsers,
+        _lookup_parser,
+        _eval_parser,
+        _serve_parser,
+        _db_parser,
+        _serve_flows_parser,
+    ):
+        add(sub)
+    return parser
 
+
+def _reindex_parser(sub: Any) -> None:
     p = sub.add_parser(
         "reindex",
         help="index Markdown roots (incremental by default)",
@@ -104,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     _common(p)
 
+
+def _status_parser(sub: Any) -> None:
     p = sub.add_parser(
         "status",
         help="show what is indexed, per scope and per root",
@@ -113,11 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(p)
 
+
+def _manage_parsers(sub: Any) -> None:
     from flows.manage_cli import add_parsers
-    from flows.schedules import SERVE_FLOWS_EPILOG
 
     add_parsers(sub, _common)
 
+
+def _lookup_parser(sub: Any) -> None:
     p = sub.add_parser(
         "lookup",
         help="look up evidence for a query",
@@ -133,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", metavar="FILE.jsonl", help="batch: one JSON object per line")
     _common(p)
 
+
+def _eval_parser(sub: Any) -> None:
     p = sub.add_parser(
         "eval",
         help="run the golden retrieval cases and gate on the baseline",
@@ -173,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         "group, choose the gate thresholds (usable floor, reference and precise) from them, and store the "
         "calibration per (embedding model, scope) so later lookups in that scope use it",
     )
+    _beir_args(p)
+    _calibrate_args(p)
+    _common(p)
+
+
+def _beir_args(p: argparse.ArgumentParser) -> None:
     beir = p.add_argument_group(
         "BEIR datasets",
         "Ingest a BEIR dataset into --scope, run every judged query with --depth candidates and report "
@@ -212,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="F",
         help="TREC run files from earlier configurations to compare against (implies --compare)",
     )
+
+
+def _calibrate_args(p: argparse.ArgumentParser) -> None:
     cal = p.add_argument_group(
         "calibrate",
         "kbflow eval calibrate [--golden] [--beir DIR --scope S --negatives F | --negatives-from DIR] "
@@ -231,8 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the calibration and the data it came from to F.json (how the packaged default "
         "retrieval/default_calibration.json is made)",
     )
-    _common(p)
 
+
+def _serve_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
         help="HTTP lookup service for the agent (owns the embedded Milvus Lite file)",
@@ -245,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8080)
     _common(p)
 
+
+def _db_parser(sub: Any) -> None:
     p = sub.add_parser(
         "db",
         help="SQL schema migrations (Alembic)",
@@ -255,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["upgrade", "current"])
     p.add_argument("--revision", default="head", help="target revision for upgrade (default head)")
     _common(p)
+
+
+def _serve_flows_parser(sub: Any) -> None:
+    from flows.schedules import SERVE_FLOWS_EPILOG
 
     p = sub.add_parser(
         "serve-flows",
@@ -276,7 +313,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the deployments as JSON and exit")
     _common(p)
-    return parser
 
 
 def _settings(args: argparse.Namespace) -> Any:

@@ -139,36 +139,14 @@ def parse_document(
     if not body.strip():
         raise DocumentError("empty body: the file has no Markdown content after the frontmatter")
 
-    raw_source = meta.get("source")
-    if _blank(raw_source):
-        doc_id, derived = derive_doc_id(rel_path), True
-        warnings.append(f"no 'source' in frontmatter; derived stable id '{doc_id}' from the path")
-    elif not isinstance(raw_source, str):
-        raise DocumentError("frontmatter 'source' must be a single value, not a list or mapping")
-    else:
-        try:
-            doc_id, derived = validate_source(raw_source.strip()), False
-        except InvalidValue as exc:
-            raise DocumentError(str(exc)) from exc
-
+    doc_id, derived = _source(meta.get("source"), rel_path, warnings)
     scope_value = meta.get("kb_scope")
     try:
         kb_scope = validate_scope(str(scope_value).strip()) if not _blank(scope_value) else default_scope
     except InvalidValue as exc:
         raise DocumentError(str(exc)) from exc
 
-    crumb_value = None if _blank(meta.get("breadcrumb")) else meta.get("breadcrumb")
-    if isinstance(crumb_value, list):
-        breadcrumb = [str(p).strip() for p in crumb_value if str(p).strip()]
-    elif crumb_value is None:
-        breadcrumb = []
-    else:
-        breadcrumb = [p.strip() for p in str(crumb_value).split(">") if p.strip()]
-    if breadcrumb:
-        try:
-            validate_category(breadcrumb[0])
-        except InvalidValue as exc:
-            raise DocumentError(f"breadcrumb: {exc}") from exc
+    breadcrumb = _breadcrumb(meta.get("breadcrumb"))
 
     title = "" if _blank(meta.get("title")) else str(meta.get("title")).strip()
     if not title:
@@ -195,6 +173,36 @@ def parse_document(
         extra=extra,
     )
     return doc, warnings
+
+
+def _source(raw: Any, rel_path: str, warnings: list[str]) -> tuple[str, bool]:
+    """(doc_id, derived): the author's source as written, or an id derived from the path."""
+    if _blank(raw):
+        doc_id = derive_doc_id(rel_path)
+        warnings.append(f"no 'source' in frontmatter; derived stable id '{doc_id}' from the path")
+        return doc_id, True
+    if not isinstance(raw, str):
+        raise DocumentError("frontmatter 'source' must be a single value, not a list or mapping")
+    try:
+        return validate_source(raw.strip()), False
+    except InvalidValue as exc:
+        raise DocumentError(str(exc)) from exc
+
+
+def _breadcrumb(value: Any) -> list[str]:
+    """`A > B > C` or a list; the first part is the category, which reaches filters."""
+    if _blank(value):
+        breadcrumb: list[str] = []
+    elif isinstance(value, list):
+        breadcrumb = [str(p).strip() for p in value if str(p).strip()]
+    else:
+        breadcrumb = [p.strip() for p in str(value).split(">") if p.strip()]
+    if breadcrumb:
+        try:
+            validate_category(breadcrumb[0])
+        except InvalidValue as exc:
+            raise DocumentError(f"breadcrumb: {exc}") from exc
+    return breadcrumb
 
 
 def _jsonable(value: Any) -> Any:

@@ -151,10 +151,19 @@ def scan_roots(
             result.warnings.extend(Failure(str(path), w) for w in warnings)
             parsed.append(doc)
 
+    _keep_one_per_source(parsed, result, known_paths or {})
+    result.documents.sort(key=lambda d: (d.kb_scope, d.root, d.rel_path))
+    return result
+
+
+def _keep_one_per_source(
+    parsed: list[ParsedDocument], result: ScanResult, known_paths: dict[tuple[str, str], str]
+) -> None:
+    """Two files claiming one (scope, source): the file that owns it today keeps it, the other
+    fails with both paths named."""
     by_key: dict[tuple[str, str], list[ParsedDocument]] = {}
     for doc in parsed:
         by_key.setdefault((doc.kb_scope, doc.doc_id), []).append(doc)
-    known_paths = known_paths or {}
     for key, docs in by_key.items():
         if len(docs) == 1:
             result.documents.append(docs[0])
@@ -171,5 +180,3 @@ def scan_roots(
                     )
                 )
                 result.failed_paths.add((d.root, d.rel_path))
-    result.documents.sort(key=lambda d: (d.kb_scope, d.root, d.rel_path))
-    return result

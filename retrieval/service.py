@@ -87,6 +87,32 @@ def check_bind(host: str, keys: dict[str, set[str]]) -> None:
         )
 
 
+def answer(
+    retriever: Any, settings: Settings, body: LookupRequest, allowed: set[str] | None
+) -> dict[str, Any]:
+    """The lookup behind POST /v1/lookup: scope checks, then the pipeline (sync: run in a thread)."""
+    scope = body.kb_scope or None
+    if scope is not None:
+        try:
+            validate_scope(scope)
+        except InvalidValue as exc:
+            raise HTTPException(
+                status_code=422, detail=[{"loc": ["body", "kb_scope"], "msg": str(exc)}]
+            ) from exc
+    if allowed is not None:
+        if scope is None:
+            raise HTTPException(status_code=403, detail="this key must name a kb_scope it may read")
+        if scope not in allowed:
+            raise HTTPException(status_code=403, detail=f"this key may not read kb_scope {scope!r}")
+    try:
+        result = retriever.lookup(body.query, kb_scope=scope, mode=body.mode)
+    except LookupError_ as exc:
+        raise HTTPException(status_code=422, detail=[{"loc": ["body", "query"], "msg": str(exc)}]) from exc
+    except IndexMissing as exc:
+        raise HTTPException(status_code=503, detail=str(exc)) from exc
+    return project_for_agent(result, settings).to_json() if body.agent else result.to_json()
+
+
 def create_app(settings: Settings) -> FastAPI:
     keys = load_keys(settings)
 
@@ -140,30 +166,6 @@ def create_app(settings: Settings) -> FastAPI:
     )
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
         body = parse_lookup_body(await request.body())
-        return await run_in_threadpool(answer, body, allowed)
-
-    def answer(body: LookupRequest, allowed: set[str] | None) -> dict[str, Any]:
-        scope = body.kb_scope or None
-        if scope is not None:
-            try:
-                validate_scope(scope)
-            except InvalidValue as exc:
-                raise HTTPException(
-                    status_code=422, detail=[{"loc": ["body", "kb_scope"], "msg": str(exc)}]
-                ) from exc
-        if allowed is not None:
-            if scope is None:
-                raise HTTPException(status_code=403, detail="this key must name a kb_scope it may read")
-            if scope not in allowed:
-                raise HTTPException(status_code=403, detail=f"this key may not read kb_scope {scope!r}")
-        try:
-            result = app.state.retriever.lookup(body.query, kb_scope=scope, mode=body.mode)
-        except LookupError_ as exc:
-            raise HTTPException(
-                status_code=422, detail=[{"loc": ["body", "query"], "msg": str(exc)}]
-            ) from exc
-        except IndexMissing as exc:
-            raise HTTPException(status_code=503, detail=str(exc)) from exc
-        return project_for_agent(result, settings).to_json() if body.agent else result.to_json()
+        return await run_in_threadpool(answer, app.state.retriever, settings, body, allowed)
 
     return app
