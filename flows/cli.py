@@ -497,6 +497,7 @@ def _run_with_progress(reindex: Any, args: argparse.Namespace, settings: Any, co
 
 
 def _print_summary(summary: Any, console: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from flows.common import summary_rows
@@ -516,11 +517,11 @@ def _print_summary(summary: Any, console: Any) -> None:
     for d in summary.removed_docs:
         console.print(f"removed {d['kb_scope']}/{d['doc_id']} ({d['path']})", highlight=False, markup=False)
     for w in summary.warnings:
-        console.print(f"[yellow]warning[/yellow] {w['path']}: {w['reason']}", highlight=False)
+        console.print(f"[yellow]warning[/yellow] {escape(w['path'])}: {escape(w['reason'])}", highlight=False)
     if summary.skipped_other_scope:
         console.print(f"{summary.skipped_other_scope} file(s) declare another kb_scope and were skipped")
     for f in summary.failed:
-        console.print(f"[red]FAILED[/red] {f['path']}: {f['reason']}", highlight=False)
+        console.print(f"[red]FAILED[/red] {escape(f['path'])}: {escape(f['reason'])}", highlight=False)
 
 
 def _lookup(args: argparse.Namespace, settings: Any) -> int:
@@ -570,6 +571,7 @@ def _lookup(args: argparse.Namespace, settings: Any) -> int:
 
 def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     if agent:
         console.print(
@@ -580,12 +582,14 @@ def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
         for e in data["evidence"]:
             weak = " weak" if e.get("weak") else ""
             console.print(
-                f"- {e['evidence_key']} ({e['quality_score']:.2f}{weak}) {e['breadcrumb']}", highlight=False
+                f"- {e['evidence_key']} ({e['quality_score']:.2f}{weak}) {e['breadcrumb']}",
+                highlight=False,
+                markup=False,
             )
         return
     trace = data["retrievalTrace"]
     level = data["relevanceLevel"] or "none"
-    console.print(f"query: {data['query']}", highlight=False)
+    console.print(f"query: {data['query']}", highlight=False, markup=False)
     console.print(
         f"level {level} — attempt {trace['selectedAttempt']}"
         + (f" (fallback: {trace['fallbackReason']})" if trace["fallbackReason"] else "")
@@ -594,19 +598,24 @@ def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
     )
     _print_gate(trace, console)
     if not data["found"]:
-        console.print(data["message"], highlight=False)
+        console.print(data["message"], highlight=False, markup=False)
         return
     table = Table()
     for col in ("rank", "doc", "breadcrumb", "section", "quality", "hit reasons"):
         table.add_column(col)
     for e in data["evidence"]:
         table.add_row(
-            str(e["originalRank"]),
-            e["evidenceKey"],
-            e["breadcrumb"],
-            e["headingPath"],
-            f"{e['qualityScore']:.2f}" + (" weak" if e.get("weak") else ""),
-            ", ".join(e["hitReasons"]),
+            *(
+                Text(c)
+                for c in (
+                    str(e["originalRank"]),
+                    e["evidenceKey"],
+                    e["breadcrumb"],
+                    e["headingPath"],
+                    f"{e['qualityScore']:.2f}" + (" weak" if e.get("weak") else ""),
+                    ", ".join(e["hitReasons"]),
+                )
+            )
         )
     console.print(table)
     if all(e.get("weak") for e in data["evidence"]):

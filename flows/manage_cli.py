@@ -103,6 +103,12 @@ def add_parsers(sub: Any, common: Common) -> None:
         formatter_class=RAW,
     )
     p.add_argument("root", metavar="ROOT", help="the root as it was given to reindex (any spelling)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="forget ROOT although it still exists on disk: it is no longer indexed from there (an "
+        "old release folder whose link moved on, a copy kept for rollback)",
+    )
     _removal_flags(p)
     common(p)
 
@@ -150,6 +156,7 @@ def _refuse(message: str) -> int:
 
 def _docs_list(args: argparse.Namespace, stores: Any) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from ingest.manage import list_documents
 
@@ -167,7 +174,8 @@ def _docs_list(args: argparse.Namespace, stores: Any) -> int:
         table.add_column(col, overflow="fold", justify="right" if col == "chunks" else "left")
     for d in docs:
         status = d.status if d.status == "indexed" else f"[red]{d.status}[/red]"
-        table.add_row(d.doc_id, d.kb_scope, d.root, d.path, str(d.chunks), status, d.last_error or "")
+        cells = (d.doc_id, d.kb_scope, d.root, d.path, str(d.chunks))
+        table.add_row(*(Text(c) for c in cells), status, Text(d.last_error or ""))
     console.print(table)
     return 0
 
@@ -202,7 +210,9 @@ def _forget(args: argparse.Namespace, stores: Any) -> int:
     from ingest.sources import normalize_root
 
     try:
-        shares = forget_root(stores, args.root, dry_run=not args.yes, wait_seconds=args.wait)
+        shares = forget_root(
+            stores, args.root, dry_run=not args.yes, wait_seconds=args.wait, force=args.force
+        )
     except RootStillExists as exc:
         return _refuse(f"refused: {exc}")
     root = normalize_root(args.root)

@@ -45,7 +45,8 @@ def _retry_transient(_task: Any, _run: Any, state: State) -> bool:
 def index_scope_task(
     stores: Stores, scope: str, scan_result: ScanResult, *, full: bool, progress: Any = None
 ):
-    """Plan + apply one scope. Planning rereads the record table, so a retry converges."""
+    """Plan + apply one scope. Planning rereads the record table, so a retry converges.
+    `progress` is the run's own callback (it keeps the scope locks' heartbeat going)."""
     logger = get_run_logger()
     artifact_id = create_progress_artifact(progress=0.0, key=None, description=f"reindex scope {scope}")
     last_logged: dict[str, int] = {}
@@ -57,6 +58,8 @@ def index_scope_task(
             logger.info("scope %s: %s %d/%d chunks (%d%%)", scope, stage, done, total, pct)
             if stage == "embed":
                 update_progress_artifact(artifact_id, progress=float(min(pct, 100)))
+        if progress is not None:
+            progress(stage, done, total)
 
     result = index_scope(stores, scope, scan_result, full=full, progress=report)
     update_progress_artifact(artifact_id, progress=100.0)
@@ -107,8 +110,9 @@ def _reindex(
             return index_scope(*args, **kwargs, encoder=encoder)
     else:
 
-        def run_scope(*args: Any, progress: Any = None, **kwargs: Any):
-            # the task reports progress to the run's logs and a progress artifact itself
+        def run_scope(*args: Any, **kwargs: Any):
+            # the task reports progress to the run's logs and a progress artifact, and passes
+            # it on to the run's callback, which heartbeats the scope locks on long runs
             return index_scope_task(*args, **kwargs)
 
     summary: ReindexSummary = reindex(

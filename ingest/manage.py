@@ -236,16 +236,18 @@ def _forget_in_scope(stores: Stores, share: RootRemoval) -> None:
 
 
 def forget_root(
-    stores: Stores, root: str, *, dry_run: bool = False, wait_seconds: float = 0.0
+    stores: Stores, root: str, *, dry_run: bool = False, wait_seconds: float = 0.0, force: bool = False
 ) -> list[RootRemoval]:
     """Remove everything indexed from a root that no longer exists, one scope at a time under
     its lock; a scope left without documents is removed entirely. A root still on disk is
-    refused: reindexing it removes exactly the files that are gone."""
+    refused unless `force` (it is no longer indexed from there): reindexing it removes exactly
+    the files that are gone."""
     norm = normalize_root(root)
-    if os.path.exists(norm):
+    if os.path.exists(norm) and not force:
         raise RootStillExists(
             f"root {norm} exists; reindex it instead, or delete the files and reindex "
-            "(forget is for a root that is gone)"
+            "(forget is for a root that is gone; --force forgets a folder that is no longer "
+            "indexed from although it still exists)"
         )
     shares = _root_shares(stores, norm)
     if dry_run:

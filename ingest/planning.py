@@ -51,7 +51,7 @@ def plan_scope(
     existing = {r.doc_id: r for r in rows}
     failures: list[Failure] = []
     docs, to_write, unchanged = [], [], []
-    moved_from: set[str] = set()
+    moved_from: dict[str, int] = {}  # recorded root -> documents of it found under this run's roots
     for doc in (d for d in scan.documents if d.kb_scope == scope):
         row = existing.get(doc.doc_id)
         if row is not None and row.root != doc.root and _claimed_elsewhere(row, doc):
@@ -60,31 +60,31 @@ def plan_scope(
                     str(doc.path),
                     f"source '{doc.doc_id}' in scope '{scope}' is also claimed by "
                     f"{Path(row.root) / row.source_path}, which is indexed; two files cannot "
-                    "share a source: change the source of one of them",
+                    "share a source: change the source of one of them (or, if nothing is "
+                    f"indexed from {row.root} any more, `kbflow forget {row.root} --force --yes`)",
                 )
             )
             continue
         if row is not None and row.root != doc.root:
-            moved_from.add(row.root)
+            moved_from[row.root] = moved_from.get(row.root, 0) + 1
         docs.append(doc)
         same = (
             row is not None
-            and row.status in ("indexed", "error")
+            and (row.status == "indexed" or (row.status == "error" and row.indexed_at is not None))
             and row.content_hash == doc.content_hash
             and row.pipeline_hash == p_hash
             and row.source_path == doc.rel_path
         )
         (unchanged if same else to_write).append(doc)
-    # a root that no longer exists and whose documents turned up under this run's roots was
-    # renamed (or its link re-pointed): what did not turn up was deleted
-    adopted = {r for r in moved_from if r not in roots and not os.path.exists(r)}
-    adopted |= _same_directories({r.root for r in rows} - set(roots), roots)
     seen = {d.doc_id for d in docs}
+    adopted = _renamed_roots(rows, moved_from, seen, roots)
+    adopted |= _same_directories({r.root for r in rows} - set(roots), roots)
     stale, protected, keep = [], [], []
     for row in rows:
         if row.doc_id in seen:
             continue
-        if scan.could_not_see(row.root, row.source_path):
+        under = [row.root] if row.root in roots or row.root not in adopted else list(roots)
+        if any(scan.could_not_see(r, row.source_path) for r in under):
             protected.append((row, _unseen_reason(scan, row)))
         elif row.root in roots or row.root in adopted:
             stale.append(row)
@@ -93,6 +93,22 @@ def plan_scope(
     plan = ScopePlan(scope, docs, existing, to_write, unchanged, stale, protected, keep, failures)
     guard_deletions(plan, scan, settings)
     return plan
+
+
+def _renamed_roots(
+    rows: Sequence[DocumentRow], moved_from: dict[str, int], seen: set[str], roots: Sequence[str]
+) -> set[str]:
+    """Recorded roots that no longer exist and whose documents turned up under this run's roots:
+    renamed (or a link re-pointed), so what did not turn up was deleted. At least as many must
+    have turned up as not, so one document moved out of a briefly missing root adopts nothing."""
+    out = set()
+    for old, found in moved_from.items():
+        if old in roots or os.path.exists(old):
+            continue
+        missing = sum(1 for r in rows if r.root == old and r.doc_id not in seen)
+        if found >= missing:
+            out.add(old)
+    return out
 
 
 def _same_directories(recorded: set[str], roots: Sequence[str]) -> set[str]:

@@ -126,13 +126,19 @@ def pipeline_hash(settings: Settings) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def choose_analyzer(settings: Settings, scope: str, docs: Sequence[ParsedDocument]) -> str:
-    """Per-scope setting first; else jieba when the scope's documents are Chinese."""
+def choose_analyzer(
+    settings: Settings, scope: str, docs: Sequence[ParsedDocument], current: str | None = None
+) -> str:
+    """Per-scope setting first; else jieba when the scope's documents are Chinese; else the
+    analyzer the scope already has (a rebuild from one of its roots keeps it) unless one was
+    set (--analyzer, KBFLOW_ANALYZER); else the default."""
     if scope in settings.scope_analyzers:
         return settings.scope_analyzers[scope]
     if docs and any(d.language.startswith("zh") for d in docs):
         return "jieba"
-    return settings.analyzer
+    if "analyzer" in settings.model_fields_set:
+        return settings.analyzer
+    return current or settings.analyzer
 
 
 def lexical_config(settings: Settings, analyzer: str) -> LexicalConfig:
@@ -365,7 +371,9 @@ def apply_full(
 ) -> ScopeSummary:
     s, client, scope = stores.settings, stores.milvus, plan.kb_scope
     alias = ms.alias_for(s.collection_prefix, scope)
-    analyzer = choose_analyzer(s, scope, plan.docs)
+    with stores.sql.session() as session:
+        scope_row = session.get(ScopeRow, scope)
+    analyzer = choose_analyzer(s, scope, plan.docs, scope_row.analyzer if scope_row else None)
     lexical = lexical_config(s, analyzer)
     summary = ScopeSummary(kb_scope=scope, collection=alias, analyzer=analyzer)
     old_target = ms.alias_target(client, alias)
@@ -411,8 +419,9 @@ def apply_full(
 def _count(summary: ScopeSummary, plan: ScopePlan, full: bool = False) -> None:
     written = plan.docs if full else plan.to_write
     changed = {d.doc_id for d in plan.to_write}  # by id: comparing whole documents is O(n²)
-    # a record an interrupted run left before the document was ever indexed is still new
-    served = {k for k, r in plan.existing.items() if r.indexed_at is not None or r.status != "writing"}
+    # a record left by a run that never got the document indexed (interrupted, then unreadable)
+    # is still a new document
+    served = {k for k, r in plan.existing.items() if r.indexed_at is not None}
     summary.added = sum(1 for d in written if d.doc_id not in served)
     summary.updated = sum(1 for d in written if d.doc_id in served and d.doc_id in changed)
     summary.unchanged = len(plan.unchanged)

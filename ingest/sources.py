@@ -96,18 +96,27 @@ def discover(root: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
             continue
         seen_dirs.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if name.startswith("."):
-                continue
-            path = Path(dirpath) / name
-            suffix = path.suffix.lower()
-            if path.is_symlink() and not path.exists():
-                if suffix in MARKDOWN_SUFFIXES or not suffix:
-                    problems.append((path, f"dangling symlink to {os.readlink(path)}"))
-                continue
-            if suffix in MARKDOWN_SUFFIXES and path.is_file():
-                found.append(path)
+        try:
+            found.extend(_markdown_files(Path(dirpath), filenames, problems))
+        except OSError as exc:  # listed but not searchable (no x bit): nothing under it is seen
+            problems.append((Path(dirpath), f"cannot read folder: {exc.strerror or exc}"))
     return sorted(found), problems
+
+
+def _markdown_files(folder: Path, names: list[str], problems: list[tuple[Path, str]]) -> list[Path]:
+    out = []
+    for name in names:
+        if name.startswith("."):
+            continue
+        path = folder / name
+        suffix = path.suffix.lower()
+        if path.is_symlink() and not path.exists():
+            if suffix in MARKDOWN_SUFFIXES or not suffix:
+                problems.append((path, f"dangling symlink to {os.readlink(path)}"))
+            continue
+        if suffix in MARKDOWN_SUFFIXES and path.is_file():
+            out.append(path)
+    return out
 
 
 def scan_roots(

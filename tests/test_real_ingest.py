@@ -363,3 +363,107 @@ def test_a_root_given_through_a_symlinked_parent_is_the_same_root(tmp_path, sett
     summary = reindex([tmp_path / "link" / "docs"], settings=settings, stores=stores)
     assert summary.ok and summary.chunks_embedded == 0
     assert [d["doc_id"] for d in summary.removed_docs] == [REAL_IDS["odd.md"]]
+
+
+def test_a_failing_file_under_a_renamed_root_keeps_its_last_good_version(tmp_path, settings, stores):
+    old, new = tmp_path / "docs-old", tmp_path / "docs-new"
+    write_real(old)
+    reindex([old], settings=settings, stores=stores)
+    old.rename(new)
+    (new / "path.md").write_text("---\nsource: [broken\n---\nbody\n", encoding="utf-8")
+    summary = reindex([new], settings=settings, stores=stores)
+    assert not summary.ok and summary.removed == 0
+    assert records(stores, "real")["docs/runbooks/etcd.md"].status == "error"
+    assert top_doc("etcd lost quorum", settings) == "docs/runbooks/etcd.md"
+
+
+def test_a_folder_listed_but_not_searchable_is_an_error(tmp_path, settings, stores, monkeypatch):
+    docs = tmp_path / "docs"
+    write_real(docs / "team")
+    write_doc(docs, "top.md", source="top", scope="real", body="# Top\n\n## A\n\nTop level page.\n")
+    reindex([docs], settings=settings, stores=stores)
+    real_is_symlink = Path.is_symlink
+
+    def is_symlink(self):  # what a folder without its x bit answers for every entry in it
+        if self.parent.name == "team":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_is_symlink(self)
+
+    monkeypatch.setattr(Path, "is_symlink", is_symlink)
+    summary = reindex([docs], settings=settings, stores=stores)
+    monkeypatch.undo()
+    assert not summary.ok and summary.removed == 0
+    assert "cannot read folder" in summary.failed[0]["reason"] and len(records(stores, "real")) == 5
+
+
+def test_one_document_moved_out_of_a_missing_root_does_not_adopt_it(tmp_path, settings, stores):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_real(a)
+    reindex([a], settings=settings, stores=stores)
+    b.mkdir()
+    shutil.move(a / "path.md", b / "path.md")
+    a.rename(tmp_path / "a-unmounted")  # a is briefly missing
+    summary = reindex([b], settings=settings, stores=stores)
+    assert summary.ok and summary.removed == 0  # a's three other documents stay
+    assert len(records(stores, "real")) == 4
+
+
+def test_a_rebuild_from_one_root_keeps_the_scopes_analyzer(tmp_path, settings, stores):
+    zh, en = tmp_path / "zh", tmp_path / "en"
+    write_doc(
+        zh,
+        "z.md",
+        source="z",
+        scope="mixed",
+        extra="language: zh",
+        body="# 数据库\n\n## 处理\n\n连接池耗尽。\n",
+    )
+    write_doc(en, "e.md", source="e", scope="mixed", body="# Pool\n\n## Fix\n\nThe pool is exhausted.\n")
+    assert reindex([zh, en], settings=settings, stores=stores).scopes["mixed"].analyzer == "jieba"
+    full = reindex([en], full=True, settings=settings, stores=stores)
+    assert full.ok and full.scopes["mixed"].analyzer == "jieba" and full.chunks_copied == 1
+
+
+def test_a_never_indexed_document_that_failed_is_written_when_it_comes_back(
+    tmp_path, settings, stores, monkeypatch
+):
+    import ingest.sources as sources
+
+    docs = tmp_path / "docs"
+    write_real(docs)
+    reindex([docs], settings=settings, stores=stores)
+    write_doc(
+        docs, "new.md", source="brand-new", scope="real", body="# Zebra\n\n## X\n\nZebra stripes page.\n"
+    )
+
+    def lost(*args, **kwargs):
+        raise ConnectionError("connection to Milvus lost")
+
+    with monkeypatch.context() as m:  # run 1 dies before the new document reaches Milvus
+        m.setattr(ms, "upsert_rows", lost)
+        assert not reindex([docs], settings=settings, stores=stores).ok
+    real_read = sources.read_text
+
+    def unreadable(path, limit):
+        if path.name == "new.md":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path, limit)
+
+    with monkeypatch.context() as m:  # run 2 cannot read it: its record becomes `error`
+        m.setattr(sources, "read_text", unreadable)
+        assert not reindex([docs], settings=settings, stores=stores).ok
+    assert records(stores, "real")["brand-new"].status == "error"
+    summary = reindex([docs], settings=settings, stores=stores)  # run 3: it must really be written
+    assert summary.ok and summary.chunks_written >= 1 and summary.added == 1
+    assert top_doc("zebra stripes", settings) == "brand-new"
+
+
+def test_forget_force_removes_a_root_that_still_exists(tmp_path, settings, stores, capsys):
+    r1, r2 = tmp_path / "release-1", tmp_path / "release-2"
+    write_real(r1)
+    reindex([r1], settings=settings, stores=stores)
+    assert main(["forget", str(r1), "--yes", "--home", str(settings.home)]) == 1  # it exists
+    assert main(["forget", str(r1), "--yes", "--force", "--home", str(settings.home)]) == 0
+    assert records(stores, "real") == {}
+    shutil.copytree(r1, r2)
+    assert reindex([r2], settings=settings, stores=stores).added == 4
