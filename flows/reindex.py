@@ -1,13 +1,13 @@
 """Prefect `reindex` flow: the same `ingest.reindex` code, one retried task per scope.
 
-Run it with `python -m flows.reindex PATH... [--scope S] [--full]` or `kbflow reindex --prefect`.
+Run it with `kbflow reindex PATH... --prefect [--scope S] [--full]`, or as a deployment
+(`kbflow serve-flows --reindex ROOT@CRON`).
 The run ends Failed (with the summary as its result and artifact) when any document failed.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -215,8 +215,3 @@ def run_reindex_flow(
         raise data
     return state.is_completed(), data
 
-
-if __name__ == "__main__":
-    from flows.cli import main
-
-    sys.exit(main(["reindex", "--prefect", *sys.argv[1:]]))
