@@ -378,7 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = _settings(args)
-        if args.command in ("reindex", "lookup", "serve") or (args.command == "eval" and not args.offline):
+        loads_model = args.command in ("reindex", "lookup", "serve") or (
+            args.command == "eval" and args.source != "offline"
+        )
+        if loads_model:
             _say_what_loads(settings)
         if args.command == "reindex":
             return _reindex(args, settings)

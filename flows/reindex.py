@@ -214,4 +214,3 @@ def run_reindex_flow(
     if isinstance(data, BaseException):
         raise data
     return state.is_completed(), data
-
