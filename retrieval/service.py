@@ -30,6 +30,7 @@ from retrieval.pipeline import IndexMissing, LookupError_
 
 log = logging.getLogger("kbflow.service")
 MAX_REQUEST_QUERY_CHARS = 20_000  # longer is answered truncated to max_query_chars; this only stops abuse
+MAX_BODY_BYTES = 64 * 1024  # a lookup body is a query and three small fields: larger is abuse (413)
 
 
 class LookupRequest(BaseModel):
@@ -38,6 +39,29 @@ class LookupRequest(BaseModel):
     kb_scope: str | None = None
     mode: Literal["hybrid", "dense"] = "hybrid"
     agent: bool = False
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body, refused with 413 past `limit` bytes: a declared length is checked before
+    anything is read, a streamed body as it arrives."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HTTPException(status_code=413, detail=f"request body over {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(status_code=413, detail=f"request body over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _has_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    return isinstance(value, list) and any(_has_surrogate(v) for v in value)
 
 
 def parse_lookup_body(raw: bytes) -> LookupRequest:
@@ -50,6 +74,10 @@ def parse_lookup_body(raw: bytes) -> LookupRequest:
             detail="the body must be a JSON object (Content-Type: application/json), e.g. "
             '{"query": "kafka consumer lag", "kb_scope": "rag-eval"}',
         ) from exc
+    if _has_surrogate(data):  # "\ud800" escapes are valid JSON but no text: nothing can encode them
+        raise HTTPException(
+            status_code=422, detail=[{"loc": ["body"], "msg": "strings must be valid Unicode text"}]
+        )
     try:
         return LookupRequest.model_validate(data)
     except ValidationError as exc:
@@ -131,8 +159,9 @@ def create_app(settings: Settings) -> FastAPI:
             return None
         auth = request.headers.get("authorization", "")
         given = request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else "")
+        offered = given.encode("utf-8", "surrogateescape")  # any header text compares, never raises
         for key, scopes in keys.items():
-            if given and hmac.compare_digest(given, key):
+            if given and hmac.compare_digest(offered, key.encode("utf-8")):
                 return None if "*" in scopes else scopes
         raise HTTPException(status_code=401, detail="missing or unknown API key")
 
@@ -140,8 +169,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        r = app.state.retriever
-        return {"status": "ok", "milvus_uri": r.settings.resolved_milvus_uri, "auth": bool(keys)}
+        return {"status": "ok", "auth": bool(keys)}  # nothing internal: no store address, no paths
 
     @app.get("/v1/scopes")
     def scopes(allowed: Allowed) -> dict[str, Any]:
@@ -165,7 +193,7 @@ def create_app(settings: Settings) -> FastAPI:
         },
     )
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
-        body = parse_lookup_body(await request.body())
+        body = parse_lookup_body(await read_body(request))
         return await run_in_threadpool(answer, app.state.retriever, settings, body, allowed)
 
     return app

@@ -75,6 +75,25 @@ def test_keys_scopes_and_contract_errors(client):
     assert client.get("/healthz").json()["status"] == "ok"
 
 
+def test_abuse_gets_4xx_never_500_nor_an_echo(client):
+    q = {"query": "kafka consumer group lag keeps growing", "kb_scope": "ops"}
+    huge = b'{"query": "' + b"x" * (1024 * 1024) + b'"}'
+    unauth = client.post("/v1/lookup", content=huge)
+    assert unauth.status_code == 401  # no key: refused before the body is read
+    big = client.post("/v1/lookup", content=huge, headers={"X-API-Key": "k-ops"})
+    assert big.status_code == 413 and len(big.content) < 1000  # nothing reflected
+    for key in ("clé-ünïcode", "\u2603"):
+        raw = {"X-API-Key": key.encode("utf-8")}  # sent as raw UTF-8 bytes
+        assert client.post("/v1/lookup", json=q, headers=raw).status_code == 401
+    bearer = {"Authorization": b"Bearer " + "ключ".encode()}
+    assert client.post("/v1/lookup", json=q, headers=bearer).status_code == 401
+    surrogate = b'{"query": "lag \\ud800 here", "kb_scope": "ops"}'
+    bad = client.post("/v1/lookup", content=surrogate, headers={"X-API-Key": "k-ops"})
+    assert bad.status_code == 422 and "Unicode" in bad.text
+    health = client.get("/healthz").json()
+    assert health == {"status": "ok", "auth": True}  # no store address, no paths
+
+
 def test_open_service_binds_loopback_only():
     check_bind("127.0.0.1", {})
     check_bind("::1", {})
