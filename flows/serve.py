@@ -41,6 +41,16 @@ def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | Non
     raise RuntimeError(f"Milvus Lite server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
+def _die_with_parent() -> None:
+    """Linux: the Milvus Lite child is sent SIGTERM when its parent dies, even by SIGKILL, so no
+    orphan keeps the data file locked. (Runs in the child between fork and exec.)"""
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def start_milvus_lite_server(data_dir: str) -> tuple[subprocess.Popen, str]:
     """Milvus Lite's gRPC server for `data_dir` on a free loopback port: (process, uri)."""
     port = free_port()
@@ -60,6 +70,7 @@ def start_milvus_lite_server(data_dir: str) -> tuple[subprocess.Popen, str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
     )
     try:
         wait_for_port(port, proc=proc)

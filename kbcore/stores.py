@@ -51,7 +51,13 @@ def announced_endpoint(home: Path) -> dict | None:
     path = home / ENDPOINT_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    try:
         os.kill(int(data["pid"]), 0)
+    except ProcessLookupError:  # the server died without cleaning up (SIGKILL): a stale note
+        path.unlink(missing_ok=True)
+        return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return data

@@ -202,3 +202,36 @@ def test_second_process_on_the_lite_file_is_told_who_holds_it(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_milvus_child_dies_with_a_sigkilled_parent_and_a_stale_note_is_cleaned(tmp_path):
+    """A SIGKILLed `kbflow serve` leaves no process holding the Lite file, and its serve.json is
+    recognised as stale and removed by the next command."""
+    import signal
+
+    from kbcore.milvus_store import lock_holder
+    from kbcore.stores import ENDPOINT_FILE, announced_endpoint
+
+    data = tmp_path / "milvus.db"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from flows.serve import start_milvus_lite_server; "
+            f"p, uri = start_milvus_lite_server({str(data)!r}); print(p.pid, flush=True); time.sleep(300)",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = int(parent.stdout.readline())
+    assert lock_holder(str(data)) is not None and lock_holder(str(data))[0] == child
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(30)
+    deadline = time.time() + 30
+    while lock_holder(str(data)) is not None and time.time() < deadline:
+        time.sleep(0.2)
+    assert lock_holder(str(data)) is None  # the child went with its parent: the file is free
+    note = tmp_path / ENDPOINT_FILE
+    note.write_text(json.dumps({"pid": parent.pid, "milvus_uri": "http://127.0.0.1:1"}), encoding="utf-8")
+    assert announced_endpoint(tmp_path) is None and not note.exists()
