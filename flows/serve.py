@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,14 +42,19 @@ def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | Non
     raise RuntimeError(f"Milvus Lite server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
-def _die_with_parent() -> None:
-    """Linux: the Milvus Lite child is sent SIGTERM when its parent dies, even by SIGKILL, so no
-    orphan keeps the data file locked. (Runs in the child between fork and exec.)"""
-    import contextlib
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """Linux: a pre-exec hook that has the Milvus Lite child sent SIGTERM when its parent dies,
+    even by SIGKILL, so no orphan keeps the data file locked. libc is resolved here, in the
+    parent: between fork and exec the child only makes the one system call."""
+    if not sys.platform.startswith("linux"):
+        return None
     import ctypes
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def start_milvus_lite_server(data_dir: str) -> tuple[subprocess.Popen, str]:
@@ -70,7 +76,7 @@ def start_milvus_lite_server(data_dir: str) -> tuple[subprocess.Popen, str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+        preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
     )
     try:
         wait_for_port(port, proc=proc)
