@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 
-from kbcore.milvus_store import lock_holder
-
 LOCK_LOGGER = "milvus_lite.server_manager"
 
 
@@ -42,12 +40,9 @@ def quiet_lock_traceback() -> None:
 def store_unavailable_message(exc: BaseException, uri: str) -> str:
     """One line for a store that could not be opened: for a held Milvus Lite file, the holder's
     pid and command and the three ways out; otherwise the error itself, on one line."""
-    text = " ".join(str(exc).split())
-    if uri.startswith(("http://", "https://", "tcp://", "grpc://")):
-        return text
-    if "held by" not in text and "lock" not in text.lower() and "Open local milvus failed" not in text:
-        return text
-    holder = lock_holder(uri)
+    if not getattr(exc, "held", False):
+        return " ".join(str(exc).split())
+    holder = getattr(exc, "holder", None)  # found once, when the store refused to open
     if holder is None:
         who = "another process"
     else:

@@ -320,7 +320,7 @@ def apply_incremental(
         # No collection yet (or it was lost): build the scope from scratch.
         return apply_full(stores, plan, progress, encoder)
     _check_scope_config(s, scope, scope_row, model_id)
-    ms.drop_unaliased(client, alias)  # a killed rebuild's half-built collection: never served
+    ms.drop_unaliased(client, alias, target)  # a killed rebuild's half-built collection: never served
     lexical = lexical_config(s, scope_row.analyzer)
     if scope_row.analysis != lexical.version or ms.source_capacity(client, target) < ms.SOURCE_MAX_BYTES:
         # built under another analysis, or before free-text sources: a rebuild is the only way
@@ -377,7 +377,7 @@ def apply_full(
     lexical = lexical_config(s, analyzer)
     summary = ScopeSummary(kb_scope=scope, collection=alias, analyzer=analyzer)
     old_target = ms.alias_target(client, alias)
-    ms.drop_unaliased(client, alias)  # leftovers of an interrupted rebuild
+    ms.drop_unaliased(client, alias, old_target)  # leftovers of an interrupted rebuild
     embedder = stores.embedder
     physical = ms.new_physical_name(alias)
     ms.create_collection(client, physical, embedder.dim, analyzer)
@@ -408,7 +408,7 @@ def apply_full(
         _upsert_scope_row(
             session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
         )
-    ms.drop_unaliased(client, alias)
+    ms.drop_unaliased(client, alias, physical)
     if progress:
         progress("rebuild", 3, 3)  # the old collection is dropped
     summary.physical_collection = physical

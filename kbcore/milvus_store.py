@@ -60,7 +60,13 @@ SCALAR_FIELDS = [
 
 
 class StoreUnavailable(RuntimeError):
-    """The Milvus store could not be opened; the message says why and what to do."""
+    """The Milvus store could not be opened; the message says why and what to do. `held` is
+    True when another process holds the Milvus Lite file; `holder` is its (pid, command line)
+    when /proc/locks could tell."""
+
+    def __init__(self, message: str, *, held: bool = False, holder: tuple[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.held, self.holder = held, holder
 
 
 def alias_for(prefix: str, scope: str) -> str:
@@ -104,8 +110,9 @@ def open_client(uri: str, token: str = "") -> MilvusClient:
         return MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
     except Exception as exc:  # pymilvus raises several unrelated types here
         text = str(exc)
-        hint = ""
-        if "lock" in text.lower() or "Open local milvus failed" in text:
+        hint, holder = "", None
+        held = "lock" in text.lower() or "Open local milvus failed" in text
+        if held:
             holder = lock_holder(uri)
             who = f"process {holder[0]} ({holder[1][:120]})" if holder else "another process"
             hint = (
@@ -114,7 +121,9 @@ def open_client(uri: str, token: str = "") -> MilvusClient:
                 " then reach it through the endpoint it announces), or set KBFLOW_MILVUS_URI to a"
                 " Milvus server."
             )
-        raise StoreUnavailable(f"cannot open Milvus at {uri}: {text}.{hint}") from exc
+        raise StoreUnavailable(
+            f"cannot open Milvus at {uri}: {text}.{hint}", held=held, holder=holder
+        ) from exc
 
 
 def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
@@ -171,10 +180,10 @@ def point_alias(client: MilvusClient, alias: str, physical: str) -> None:
         client.alter_alias(physical, alias)
 
 
-def drop_unaliased(client: MilvusClient, alias: str) -> list[str]:
+def drop_unaliased(client: MilvusClient, alias: str, target: str | None = None) -> list[str]:
     """Drop this alias's physical collections the alias does not point to (left by a crash
-    or superseded by a rebuild)."""
-    keep = alias_target(client, alias)
+    or superseded by a rebuild). `target`: the alias's collection when the caller knows it."""
+    keep = target or alias_target(client, alias)
     dropped = []
     for name in client.list_collections():
         if name.startswith(alias + "__") and name != keep:
