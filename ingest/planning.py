@@ -150,10 +150,8 @@ def guard_deletions(plan: ScopePlan, scan: ScanResult, settings: Settings) -> No
     """Move refused deletions from `stale` to `keep`, recording why in `plan.failures`."""
     if not plan.stale or settings.allow_mass_delete or scan.allow_mass_delete:
         return
-    found_per_root: dict[str, int] = {}
-    for d in scan.documents:
-        found_per_root[d.root] = found_per_root.get(d.root, 0) + 1
-    empty = sorted({r.root for r in plan.stale if r.root in scan.roots and not found_per_root.get(r.root)})
+    found = {d.root for d in scan.documents}
+    empty = sorted({r.root for r in plan.stale if r.root in scan.roots and r.root not in found})
     for root in empty:
         gone = [r for r in plan.stale if r.root == root]
         plan.failures.append(
@@ -165,8 +163,9 @@ def guard_deletions(plan: ScopePlan, scan: ScanResult, settings: Settings) -> No
                 "--allow-mass-delete",
             )
         )
+    held = set(empty)  # roots whose stale documents are kept
     total = len(plan.existing)
-    remaining = [r for r in plan.stale if r.root not in empty]
+    remaining = [r for r in plan.stale if r.root not in held]
     if remaining and total and len(remaining) / total > settings.max_delete_fraction:
         plan.failures.append(
             Failure(
@@ -176,8 +175,7 @@ def guard_deletions(plan: ScopePlan, scan: ScanResult, settings: Settings) -> No
                 "removed. Check the roots; if the removal is intended, rerun with --allow-mass-delete",
             )
         )
-        empty.extend(sorted({r.root for r in remaining}))
-    if empty:
-        held = [r for r in plan.stale if r.root in empty]
-        plan.stale = [r for r in plan.stale if r.root not in empty]
-        plan.keep.extend(held)
+        held |= {r.root for r in remaining}
+    if held:
+        plan.keep.extend(r for r in plan.stale if r.root in held)
+        plan.stale = [r for r in plan.stale if r.root not in held]
