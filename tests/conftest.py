@@ -47,6 +47,44 @@ def write_doc(
     return path
 
 
+# Three ops runbooks in scope "ops" whose fix text says which revision is served: the tests of
+# a rebuild (killed, or watched step by step) change every document and check what answers.
+OPS_TOPICS = {
+    "redis-evictions": (
+        "Cache > Redis",
+        "Redis evictions",
+        "evicted_keys keeps growing because Redis reached maxmemory",
+    ),
+    "kafka-lag": (
+        "Message Queue > Kafka",
+        "Kafka consumer lag",
+        "the consumer group lag keeps growing and records-lag-max rises",
+    ),
+    "mysql-pool": (
+        "Database > MySQL",
+        "MySQL connection pool exhausted",
+        "HikariCP reports connection is not available after 30000ms",
+    ),
+}
+OPS_FIXES = {
+    1: "Raise maxmemory, then restart the consumer or the pool (runbook revision one).",
+    2: "Scale out the instance and alert the owning team first (runbook revision two).",
+}
+
+
+def write_ops_corpus(docs: Path, revision: int) -> None:
+    """Write the ops corpus at `revision` (1 or 2)."""
+    for source, (breadcrumb, title, symptom) in OPS_TOPICS.items():
+        write_doc(
+            docs,
+            f"{source}.md",
+            source=source,
+            scope="ops",
+            breadcrumb=breadcrumb,
+            body=f"# {title}\n\n## Symptoms\n\nWhen {symptom}: {OPS_FIXES[revision]}\n",
+        )
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(home=tmp_path / "home")

@@ -26,7 +26,7 @@ from kbcore.settings import Settings
 from kbcore.sql import DocumentRow, ScopeLockRow, SqlStore, utcnow
 from kbcore.stores import open_stores
 from retrieval import lookup_knowledge
-from tests.conftest import REPO, write_doc
+from tests.conftest import OPS_TOPICS, REPO, write_doc, write_ops_corpus
 
 
 @pytest.fixture
@@ -133,40 +133,6 @@ def test_reindex_refuses_a_locked_scope_and_leaves_it_alone(tmp_path, settings, 
 
 # --- a run killed in the middle of a --full rebuild ------------------------------------------
 
-TOPICS = {
-    "redis-evictions": (
-        "Cache > Redis",
-        "Redis evictions",
-        "evicted_keys keeps growing because Redis reached maxmemory",
-    ),
-    "kafka-lag": (
-        "Message Queue > Kafka",
-        "Kafka consumer lag",
-        "the consumer group lag keeps growing and records-lag-max rises",
-    ),
-    "mysql-pool": (
-        "Database > MySQL",
-        "MySQL connection pool exhausted",
-        "HikariCP reports connection is not available after 30000ms",
-    ),
-}
-FIXES = {
-    1: "Raise maxmemory, then restart the consumer or the pool (runbook revision one).",
-    2: "Scale out the instance and alert the owning team first (runbook revision two).",
-}
-
-
-def write_corpus(docs: Path, revision: int) -> None:
-    for source, (breadcrumb, title, symptom) in TOPICS.items():
-        write_doc(
-            docs,
-            f"{source}.md",
-            source=source,
-            scope="ops",
-            breadcrumb=breadcrumb,
-            body=f"# {title}\n\n## Symptoms\n\nWhen {symptom}: {FIXES[revision]}\n",
-        )
-
 
 def served_revision(settings: Settings) -> set[str]:
     """Which runbook revision a lookup answers with (and that it answers with evidence)."""
@@ -199,7 +165,7 @@ def kill_a_full_rebuild_midway(tmp_path: Path, settings: Settings) -> str:
     """Index revision one (another process), change every document to revision two, SIGKILL a
     `--full` run in the middle; returns the physical collection the alias served before."""
     docs = tmp_path / "docs"
-    write_corpus(docs, 1)
+    write_ops_corpus(docs, 1)
     env = {
         **os.environ,
         "KBFLOW_HOME": str(settings.home),
@@ -217,7 +183,7 @@ def kill_a_full_rebuild_midway(tmp_path: Path, settings: Settings) -> str:
     )
     assert first.returncode == 0, first.stderr
     served = json.loads(first.stdout)["scopes"]["ops"]["physical_collection"]
-    write_corpus(docs, 2)
+    write_ops_corpus(docs, 2)
     paused = tmp_path / "paused"
     run = subprocess.Popen(
         [sys.executable, "-c", KILLED_RUN, str(docs), str(paused)],
@@ -264,11 +230,11 @@ def test_killed_run_leaves_the_index_intact_and_the_next_run_converges(tmp_path,
     assert served_revision(settings) == {"revision one"}  # the old text is still served
     stores.milvus.load_collection(alias)
     rows = stores.milvus.query(alias, filter='kb_scope == "ops"', output_fields=["doc_id", "text"])
-    assert {r["doc_id"] for r in rows} == set(TOPICS)  # whole: every document
+    assert {r["doc_id"] for r in rows} == set(OPS_TOPICS)  # whole: every document
     assert all("revision one" in r["text"] for r in rows)
 
     again = reindex([tmp_path / "docs"], scope="ops", full=True, settings=settings, stores=stores)
-    assert again.ok and again.updated == len(TOPICS)  # the dead run's lock was taken over
+    assert again.ok and again.updated == len(OPS_TOPICS)  # the dead run's lock was taken over
     rebuilt = again.scopes["ops"].physical_collection
     assert rebuilt not in (served, *leftover)
     assert collections_of(stores, alias) == [rebuilt]  # the leftover is gone, and the old one
@@ -277,7 +243,7 @@ def test_killed_run_leaves_the_index_intact_and_the_next_run_converges(tmp_path,
     assert ScopeLocks(stores.sql).holders() == []
 
     steady = reindex([tmp_path / "docs"], settings=settings, stores=stores)
-    assert steady.ok and steady.unchanged == len(TOPICS)  # converged
+    assert steady.ok and steady.unchanged == len(OPS_TOPICS)  # converged
     assert steady.chunks_written == 0 and steady.chunks_embedded == 0
 
 
@@ -287,6 +253,6 @@ def test_an_incremental_run_after_a_killed_rebuild_drops_its_leftover(tmp_path, 
     stores = open_stores(settings)
     alias = ms.alias_for(settings.collection_prefix, "ops")
     again = reindex([tmp_path / "docs"], settings=settings, stores=stores)
-    assert again.ok and again.updated == len(TOPICS)
+    assert again.ok and again.updated == len(OPS_TOPICS)
     assert served_revision(settings) == {"revision two"}
     assert collections_of(stores, alias) == [served]

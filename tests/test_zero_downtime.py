@@ -14,31 +14,10 @@ from kbcore import milvus_store as ms
 from kbcore.settings import Settings
 from kbcore.stores import open_stores
 from retrieval.service import create_app
-from tests.conftest import write_doc
+from tests.conftest import write_ops_corpus
 
 QUERY = {"query": "redis evicted_keys keeps growing maxmemory", "kb_scope": "ops"}
-TOPICS = {
-    "redis-evictions": ("Cache > Redis", "Redis evictions", "evicted_keys keeps growing at maxmemory"),
-    "kafka-lag": ("Message Queue > Kafka", "Kafka consumer lag", "the consumer group lag keeps growing"),
-    "mysql-pool": ("Database > MySQL", "MySQL pool exhausted", "HikariCP: connection is not available"),
-}
 REVISIONS = ("revision one", "revision two")
-FIXES = {
-    1: "Raise maxmemory, then restart the consumer or the pool (runbook revision one).",
-    2: "Scale out the instance and alert the owning team first (runbook revision two).",
-}
-
-
-def write_corpus(docs, revision: int) -> None:
-    for source, (breadcrumb, title, symptom) in TOPICS.items():
-        write_doc(
-            docs,
-            f"{source}.md",
-            source=source,
-            scope="ops",
-            breadcrumb=breadcrumb,
-            body=f"# {title}\n\n## Symptoms\n\nWhen {symptom}: {FIXES[revision]}\n",
-        )
 
 
 def answer(client: TestClient) -> dict:
@@ -57,13 +36,13 @@ def answer(client: TestClient) -> dict:
 def test_full_reindex_serves_evidence_at_every_step(tmp_path):
     settings = Settings(home=tmp_path / "home")
     docs = tmp_path / "docs"
-    write_corpus(docs, 1)
+    write_ops_corpus(docs, 1)
     first = reindex([docs], settings=settings)
     assert first.ok
     old = first.scopes["ops"].physical_collection
     stores = open_stores(settings)
     alias = ms.alias_for(settings.collection_prefix, "ops")
-    write_corpus(docs, 2)  # every document changes; only the rebuild below may publish it
+    write_ops_corpus(docs, 2)  # every document changes; only the rebuild below may publish it
 
     steps: list[dict] = []
     with TestClient(create_app(settings)) as client:
