@@ -203,7 +203,7 @@ def calibrate_command(args: Any, settings: Settings) -> int:
     scope = "*" if getattr(args, "export", None) or not args.scope else args.scope
     result = calibrate(
         queries,
-        model_id=model_id_for(settings.embedding_model),
+        model_id=model_id_for(settings.embedding_model, settings.embedding_backend),
         kb_scope=scope,
         pool=pool,
         source=" + ".join(sources),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,11 +68,15 @@ def index_scope_task(
 
 
 @task(name="embed-batch", retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE)
-def embed_batch_task(texts: list[str], model: str, device: str, batch_size: int) -> np.ndarray:
-    """Runs wherever the task runner puts it (a Dask worker): the model loads once per worker."""
+def embed_batch_task(
+    texts: list[str], model: str, device: str, batch_size: int, backend: str = "torch", models_dir: str = ""
+) -> np.ndarray:
+    """Runs wherever the task runner puts it (a Dask worker): the model loads once per worker,
+    on the flow's backend; an ONNX export is read from the home the flow already exported to."""
     from kbcore.embedder import get_embedder
 
-    return get_embedder(model, device, batch_size).encode(texts)
+    root = Path(models_dir) if models_dir else None
+    return get_embedder(model, device, batch_size, backend, root).encode(texts, 1)
 
 
 def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
@@ -81,7 +86,12 @@ def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
     def encode(texts: list[str]) -> np.ndarray:
         futures = [
             embed_batch_task.submit(
-                texts[i : i + size], settings.embedding_model, settings.embedding_device, size
+                texts[i : i + size],
+                settings.embedding_model,
+                settings.embedding_device,
+                size,
+                settings.embedding_backend,
+                str(settings.models_dir.resolve()),
             )
             for i in range(0, len(texts), size)
         ]
@@ -103,6 +113,7 @@ def _reindex(
     stores = open_stores(settings)
 
     if parallel:
+        _ = stores.embedder  # an ONNX backend is exported here once, before workers read it
         encoder = fan_out_encoder(settings)
 
         def run_scope(*args: Any, **kwargs: Any):

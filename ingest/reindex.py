@@ -120,7 +120,7 @@ class ReindexSummary:
 def pipeline_hash(settings: Settings) -> str:
     """Fingerprint of everything besides the file that shapes stored chunks."""
     key = f"{CHUNKER_VERSION}|{settings.chunk_max_chars}|{settings.chunk_overlap_chars}|" + model_id_for(
-        settings.embedding_model
+        settings.embedding_model, settings.embedding_backend
     )
     key += "|" + LexicalConfig(settings.lexical_analysis, settings.lexical_fields).version
     return hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -311,7 +311,7 @@ def apply_incremental(
     alias = ms.alias_for(s.collection_prefix, scope)
     summary = ScopeSummary(kb_scope=scope, collection=alias)
     target = ms.alias_target(client, alias)
-    model_id = model_id_for(s.embedding_model)
+    model_id = model_id_for(s.embedding_model, s.embedding_backend)
     with stores.sql.session() as session:
         scope_row = session.get(ScopeRow, scope)
     if target is None or scope_row is None:

@@ -19,6 +19,7 @@ Analyzer = Literal["standard", "jieba"]
 SearchMode = Literal["hybrid", "dense"]
 LexicalMode = Literal["stem+ids", "stem", "lowercase"]
 Fusion = Literal["rrf", "convex"]
+EmbeddingBackend = Literal["torch", "onnx", "onnx-int8"]
 
 
 class Settings(BaseSettings):
@@ -38,12 +39,36 @@ class Settings(BaseSettings):
     )
     api_keys_file: Path | None = Field(None, description="JSON file with the same mapping as api_keys.")
 
+    serve_workers: int = Field(
+        0, ge=0, le=256, description="Lookups the service runs at once; 0 = one per CPU core."
+    )
+    serve_queue: int = Field(
+        16,
+        ge=0,
+        le=10_000,
+        description="Lookups that may wait for a worker; past that the service answers 503 with "
+        "Retry-After at once instead of queueing without bound.",
+    )
+
     # --- embedding ------------------------------------------------------------------
     embedding_model: str = Field(
         "", description="sentence-transformers model name or path; empty = packaged all-MiniLM-L6-v2."
     )
     embedding_device: str = Field("", description="torch device; empty = cuda when present, else cpu.")
     embedding_batch_size: int = Field(64, ge=1, le=4096)
+    embedding_backend: EmbeddingBackend = Field(
+        "torch",
+        description="torch (sentence-transformers), onnx or onnx-int8 (onnxruntime; exported from the "
+        "model on first use, offline, into <home>/models). Part of the model identity: switching "
+        "asks for reindex --full.",
+    )
+    embedding_threads: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Threads per forward pass; 0 = measured defaults: lookups 1, a reindex every core, "
+        "or every core but one while a kbflow serve runs on the same home.",
+    )
 
     # --- ingestion ------------------------------------------------------------------
     analyzer: Analyzer = "standard"
@@ -131,6 +156,11 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'kbflow.db'}"
+
+    @property
+    def models_dir(self) -> Path:
+        """Where ONNX exports of the embedding model are cached."""
+        return self.home / "models"
 
     @property
     def uses_milvus_lite(self) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from kbcore.embedder import DEFAULT_MODEL_ID
+from kbcore.embedder import DEFAULT_MODEL_ID, base_model_id
 from kbcore.settings import Settings
 from kbcore.sql import CalibrationRow, SqlStore, utcnow
 from retrieval.gate import Calibration
@@ -45,7 +45,7 @@ def resolve(sql: SqlStore, settings: Settings, model_id: str, scope: str, lexica
         cal = LEXICAL
     else:
         cal = stored(sql, model_id, scope)
-        if cal is None and model_id == DEFAULT_MODEL_ID:
+        if cal is None and base_model_id(model_id) == DEFAULT_MODEL_ID:  # its ONNX exports too
             cal = packaged_default()
         if cal is None:
             cal = Calibration(model_id=model_id)

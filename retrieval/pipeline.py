@@ -16,10 +16,10 @@ from sqlalchemy import select
 
 from kbcore import milvus_store as ms
 from kbcore.analysis import LexicalConfig
-from kbcore.embedder import DEFAULT_MODEL_ID, Embedder, get_embedder
+from kbcore.embedder import DEFAULT_MODEL_ID, Embedder, base_model_id, get_embedder, split_model_id
 from kbcore.settings import Settings
 from kbcore.sql import ScopeRow
-from kbcore.stores import Stores
+from kbcore.stores import Stores, query_threads
 from kbcore.validation import validate_scope
 from retrieval import calibration
 from retrieval.audit import write_audit
@@ -92,9 +92,19 @@ class Retriever:
         return self.stores.settings
 
     def _embedder(self, model_id: str) -> Embedder:
+        """The model and backend a scope was indexed with, whatever this process's settings say."""
         s = self.settings
-        name = "" if model_id == DEFAULT_MODEL_ID else model_id
-        return get_embedder(name, s.embedding_device, s.embedding_batch_size)
+        name, backend = split_model_id(model_id)
+        return get_embedder(name, s.embedding_device, s.embedding_batch_size, backend, s.models_dir)
+
+    def warm_up(self, kb_scope: str | None = None) -> None:
+        """Load every model the scopes need now, not inside the first lookup."""
+        try:
+            targets = self.targets(kb_scope)
+        except IndexMissing:
+            return
+        for model_id in {tg.model_id for tg in targets}:
+            self._embedder(model_id).encode(["warm-up"], query_threads(self.settings))
 
     def targets(self, kb_scope: str | None) -> list[ScopeTarget]:
         with self.stores.sql.session() as session:
@@ -116,7 +126,10 @@ class Retriever:
             if r.alias not in self._loaded:
                 self.stores.milvus.load_collection(r.alias)
                 self._loaded.add(r.alias)
-            lexical = r.analyzer in self.settings.lexical_quality_analyzers and r.model_id == DEFAULT_MODEL_ID
+            lexical = (
+                r.analyzer in self.settings.lexical_quality_analyzers
+                and base_model_id(r.model_id) == DEFAULT_MODEL_ID
+            )
             self.calibrations[r.kb_scope] = calibration.resolve(
                 self.stores.sql, self.settings, r.model_id, r.kb_scope, lexical
             )
@@ -159,8 +172,13 @@ class Retriever:
             nav = navigate(session, query, [tg.kb_scope for tg in targets])
         t = timer.stage("l0", t)
         vectors: dict[str, np.ndarray] = {}
-        for model_id in {tg.model_id for tg in targets}:
-            vectors[model_id] = self._embedder(model_id).encode([query])[0]
+        embedders = {model_id: self._embedder(model_id) for model_id in {tg.model_id for tg in targets}}
+        for embedder in embedders.values():
+            embedder.prepare(query_threads(s))
+        if time.perf_counter() - t > 0.05:  # a model was loaded: its own stage, not embedding time
+            t = timer.stage("model_load", t)
+        for model_id, embedder in embedders.items():
+            vectors[model_id] = embedder.encode([query], query_threads(s))[0]
         t = timer.stage("embed", t)
 
         cfg = _postprocess_config(s)

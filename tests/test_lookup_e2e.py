@@ -208,4 +208,4 @@ def test_lookups_use_the_scope_calibration_and_say_which(seeded):
 def r_model(settings: Settings) -> str:
     from kbcore.embedder import model_id_for
 
-    return model_id_for(settings.embedding_model)
+    return model_id_for(settings.embedding_model, settings.embedding_backend)

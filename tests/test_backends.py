@@ -1,0 +1,115 @@
+"""Embedding backends: the ONNX export is cached under the home, the backend is part of the model
+identity (fingerprint, scope, embedding cache), switching asks for --full, and a lookup on an
+ONNX-built scope answers without importing torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import func, select
+
+from ingest.reindex import pipeline_hash, reindex
+from kbcore.embedder import get_embedder, model_id_for, split_model_id
+from kbcore.onnx_backend import META_FILE
+from kbcore.settings import Settings
+from kbcore.sql import EmbeddingCacheRow, ScopeRow
+from kbcore.stores import open_stores
+from retrieval import lookup_knowledge
+from tests.conftest import REPO, write_doc
+
+POOL = "# MySQL connection pool exhausted\n\n## Symptoms\n\nToo many connections; the pool is full.\n"
+KAFKA = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"
+
+
+def _corpus(tmp_path):
+    docs = tmp_path / "docs"
+    write_doc(docs, "pool.md", source="mysql-pool", scope="ops", body=POOL)
+    write_doc(
+        docs, "kafka.md", source="kafka-lag", scope="ops", breadcrumb="Message Queue > Kafka", body=KAFKA
+    )
+    return docs
+
+
+def test_model_ids_name_the_backend_and_round_trip():
+    assert model_id_for("", "torch") == "sentence-transformers/all-MiniLM-L6-v2"  # homes built before
+    assert model_id_for("", "onnx-int8") == "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"
+    for model in ("", "/models/my-model"):
+        for backend in ("torch", "onnx", "onnx-int8"):
+            assert split_model_id(model_id_for(model, backend)) == (model, backend)
+    torch_settings = Settings(home="h")
+    assert pipeline_hash(torch_settings) != pipeline_hash(Settings(home="h", embedding_backend="onnx-int8"))
+
+
+def test_switching_backend_asks_for_full_and_never_mixes_the_cache(tmp_path):
+    docs = _corpus(tmp_path)
+    home = tmp_path / "home"
+    assert reindex([docs], settings=Settings(home=home)).ok
+    int8 = Settings(home=home, embedding_backend="onnx-int8")
+
+    refused = reindex([docs], settings=int8)  # incremental: the scope's vectors are torch's
+    assert not refused.ok
+    assert any("--full" in f["reason"] and "onnx-int8" in f["reason"] for f in refused.failed)
+
+    rebuilt = reindex([docs], full=True, settings=int8)
+    assert rebuilt.ok and rebuilt.chunks_embedded > 0  # nothing taken from torch's cache rows
+    export = int8.models_dir
+    assert list(export.glob(f"*/onnx-int8/{META_FILE}")), "the export is cached under the home"
+    stores = open_stores(int8)
+    with stores.sql.session() as s:
+        assert s.get(ScopeRow, "ops").model_id.endswith("@onnx-int8")
+        per_model = dict(
+            s.execute(
+                select(EmbeddingCacheRow.model_id, func.count()).group_by(EmbeddingCacheRow.model_id)
+            ).all()
+        )
+    assert per_model == {
+        model_id_for("", "torch"): rebuilt.chunks_embedded,
+        model_id_for("", "onnx-int8"): rebuilt.chunks_embedded,
+    }
+    again = reindex([docs], full=True, settings=int8)
+    assert again.ok and again.chunks_embedded == 0  # its own cache rows serve the rebuild
+
+    # a lookup uses the scope's backend whatever this process is configured with
+    for settings in (int8, Settings(home=home)):
+        result = lookup_knowledge("kafka consumer group lag growing", kb_scope="ops", settings=settings)
+        assert result.found and result.evidence[0].doc_id == "kafka-lag"
+
+
+def test_onnx_vectors_match_the_torch_model(tmp_path):
+    texts = [POOL, KAFKA, "how do I rotate the TLS certificate on the gateway"]
+    torch_vecs = get_embedder().encode(texts, 1)
+    for backend, floor in (("onnx", 0.9999), ("onnx-int8", 0.98)):
+        vecs = get_embedder("", "", 64, backend, tmp_path / "models").encode(texts, 1)
+        assert vecs.shape == torch_vecs.shape
+        assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
+        assert (vecs * torch_vecs).sum(axis=1).min() >= floor, backend
+
+
+def test_a_lookup_on_an_onnx_scope_never_imports_torch(tmp_path):
+    docs = _corpus(tmp_path)
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "KBFLOW_HOME": str(home),
+        "KBFLOW_EMBEDDING_BACKEND": "onnx-int8",
+    }
+    kbflow = str(Path(sys.executable).with_name("kbflow"))
+    built = subprocess.run([kbflow, "reindex", str(docs)], cwd=REPO, env=env, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    code = (
+        "import json, sys; from retrieval import lookup_knowledge; "
+        "r = lookup_knowledge('mysql too many connections', kb_scope='ops'); "
+        "print(json.dumps({'doc': r.evidence[0].doc_id, 'torch': 'torch' in sys.modules, "
+        "'timings': r.retrieval_trace.timings_ms}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["doc"] == "mysql-pool" and seen["torch"] is False
+    assert "model_load" in seen["timings"]  # loading is its own stage, not embedding time
