@@ -150,6 +150,12 @@ def _lookup_parser(sub: Any) -> None:
     p.add_argument("--mode", choices=["hybrid", "dense"], help="search mode (default hybrid)")
     p.add_argument("--agent", action="store_true", help="project to the agent contract (RagToolResult)")
     p.add_argument("--queries", metavar="FILE.jsonl", help="batch: one JSON object per line")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="load the model here even when a kbflow serve runs on this home (by default the lookup "
+        "is sent to it, with its settings, and no model is loaded)",
+    )
     _common(p)
 
 
@@ -350,7 +356,7 @@ def settings_error_message(exc: Exception) -> str:
 def _say_what_loads(settings: Any) -> None:
     """Importing torch and loading the model take seconds before any output: say so (stderr,
     so --json output stays one object)."""
-    model = settings.embedding_model or "all-MiniLM-L6-v2 (packaged)"
+    model = (settings.embedding_model or "all-MiniLM-L6-v2 (packaged)") + f" on {settings.embedding_backend}"
     where = settings.resolved_milvus_uri
     print(f"kbflow: loading the embedding model {model} and the stores ({where}) …", file=sys.stderr)
 
@@ -362,6 +368,10 @@ def _err(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "lookup":
+        routed = _lookup_through_service(args)
+        if routed is not None:
+            return routed
     from pydantic_settings import SettingsError
 
     from flows.errors import quiet_lock_traceback, store_unavailable_message
@@ -527,17 +537,54 @@ def _print_summary(summary: Any, console: Any) -> None:
         console.print(f"[red]FAILED[/red] {escape(f['path'])}: {escape(f['reason'])}", highlight=False)
 
 
-def _lookup(args: argparse.Namespace, settings: Any) -> int:
-    from rich.console import Console
+def _lookup_through_service(args: argparse.Namespace) -> int | None:
+    """With a `kbflow serve` announced for the home, send the lookup there: no model to load.
+    None = no service to use (or it did not answer): the caller looks up in-process."""
+    if args.in_process or args.milvus_uri or args.database_url:
+        return None
+    from flows.remote import ServedLookup, ServiceRefused, ServiceUnreachable
 
-    from retrieval import lookup_knowledge, project_for_agent
-    from retrieval.pipeline import LookupError_
+    try:
+        settings = _settings(args)
+        client = ServedLookup(settings.home)
+    except (ValidationError, ValueError, ServiceUnreachable):  # bad settings: the main path says so
+        return None
+    print(f"kbflow: looking up through kbflow serve at {client.where}", file=sys.stderr)
 
     def run(query: str, scope: str | None) -> dict[str, Any]:
-        result = lookup_knowledge(
-            query, kb_scope=scope, mode=args.mode or settings.search_mode, settings=settings
+        return client.lookup(
+            query, scope or settings.kb_scope or None, args.mode or settings.search_mode, args.agent
         )
-        return project_for_agent(result, settings).to_json() if args.agent else result.to_json()
+
+    try:
+        return _lookup(args, settings, run, (ServiceRefused,))
+    except ServiceRefused as exc:
+        return _err(str(exc))
+    except ServiceUnreachable as exc:
+        if args.queries:
+            return _err(f"{exc}; rerun with --in-process")
+        print(f"kbflow: {exc}; looking up in-process", file=sys.stderr)
+        return None
+
+
+def _lookup(
+    args: argparse.Namespace,
+    settings: Any,
+    run: Any = None,
+    line_errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """`run(query, scope)` gives the result as JSON data: in-process by default, or the service's."""
+    if run is None:
+        from retrieval import lookup_knowledge, project_for_agent
+        from retrieval.pipeline import LookupError_
+
+        line_errors = (LookupError_,)
+
+        def run(query: str, scope: str | None) -> dict[str, Any]:
+            result = lookup_knowledge(
+                query, kb_scope=scope, mode=args.mode or settings.search_mode, settings=settings
+            )
+            return project_for_agent(result, settings).to_json() if args.agent else result.to_json()
 
     if args.queries:
         if args.query:
@@ -551,12 +598,12 @@ def _lookup(args: argparse.Namespace, settings: Any) -> int:
                 try:
                     item = json.loads(line)
                     if not isinstance(item, dict) or not isinstance(item.get("query"), str):
-                        raise LookupError_('each line must be an object with a string "query"')
+                        raise ValueError('each line must be an object with a string "query"')
                     out = {
                         "id": item.get("id", n),
                         "result": run(item["query"], item.get("kb_scope", args.scope)),
                     }
-                except (json.JSONDecodeError, LookupError_) as exc:
+                except (ValueError, *line_errors) as exc:
                     failed += 1
                     line_id = item.get("id", n) if isinstance(item, dict) else n
                     out = {"id": line_id, "error": f"{args.queries}:{n}: {exc}"}
@@ -568,6 +615,8 @@ def _lookup(args: argparse.Namespace, settings: Any) -> int:
     if args.json:
         print(json.dumps(data, ensure_ascii=False))
         return 0
+    from rich.console import Console
+
     _print_lookup(data, args.agent, Console(soft_wrap=True))
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -20,8 +21,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kbcore.announce import ENDPOINT_FILE, announced_endpoint
 from kbcore.settings import Settings
-from kbcore.stores import ENDPOINT_FILE, announced_endpoint
+
+
+def _client_host(host: str) -> str:
+    """Where a local client reaches a service bound to `host` (a wildcard bind: loopback)."""
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
 
 def free_port() -> int:
@@ -57,25 +65,18 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def start_milvus_lite_server(data_dir: str) -> tuple[subprocess.Popen, str]:
-    """Milvus Lite's gRPC server for `data_dir` on a free loopback port: (process, uri)."""
+def start_milvus_lite_server(data_dir: str, token: str) -> tuple[subprocess.Popen, str]:
+    """Milvus Lite's gRPC server for `data_dir` on a free loopback port, answering only calls
+    that carry `token`: (process, uri)."""
+    from kbcore.lite_server import TOKEN_ENV
+
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "milvus_lite",
-            "server",
-            "--data-dir",
-            data_dir,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
+        [sys.executable, "-m", "kbcore.lite_server", "--data-dir", data_dir, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, TOKEN_ENV: token},
         preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
     )
     try:
@@ -86,6 +87,42 @@ def start_milvus_lite_server(data_dir: str) -> tuple[subprocess.Popen, str]:
         hint = " (is another process holding the file?)" if "lock" in err.lower() else ""
         raise RuntimeError(f"{exc}{hint}: {err.strip().splitlines()[-1] if err.strip() else ''}") from None
     return proc, f"http://127.0.0.1:{port}"
+
+
+def write_private(path: Path, data: dict) -> None:
+    """Written whole (rename) and readable by the owner only: it holds the store's token."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def _own_lite_file(settings: Settings) -> tuple[Settings, dict, Callable[[], None]]:
+    """Start the token-guarded Milvus Lite server for the home's file: (settings that reach it,
+    what to announce about it, how to stop it). RuntimeError says why it could not start."""
+    settings.ensure_home()
+    token = secrets.token_urlsafe(32)
+    child, milvus_uri = start_milvus_lite_server(settings.resolved_milvus_uri, token)
+
+    def stop() -> None:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+    note = {
+        "milvus_uri": milvus_uri,
+        "milvus_token": token,
+        "data_dir": str(Path(settings.resolved_milvus_uri).resolve()),
+    }
+    print(
+        f"kbflow serve: owns {settings.resolved_milvus_uri} (Milvus Lite at {milvus_uri}, token-guarded) "
+        f"for {settings.home}; other kbflow commands on this home use it",
+        file=sys.stderr,
+    )
+    return settings.model_copy(update={"milvus_uri": milvus_uri, "milvus_token": token}), note, stop
 
 
 def serve(settings: Settings, host: str, port: int) -> int:
@@ -104,56 +141,44 @@ def serve(settings: Settings, host: str, port: int) -> int:
             f"kbflow serve: no API keys configured: open access, bound to loopback {host} only",
             file=sys.stderr,
         )
-    cleanups: list = []
-    if settings.uses_milvus_lite and not settings.milvus_uri:
-        holder = announced_endpoint(settings.home)
-        if holder is not None:
-            print(
-                f"kbflow serve: {settings.home} is already served by pid {holder['pid']} "
-                f"({holder.get('http')})",
-                file=sys.stderr,
-            )
-            return 2
-        settings.ensure_home()
+    holder = announced_endpoint(settings.home)
+    owns_file = settings.uses_milvus_lite and not settings.milvus_uri
+    if holder is not None and owns_file:
+        print(
+            f"kbflow serve: {settings.home} is already served by pid {holder['pid']} ({holder.get('http')})",
+            file=sys.stderr,
+        )
+        return 2
+    cleanups: list[Callable[[], None]] = []
+    note: dict = {}
+    if owns_file:
         try:
-            child, milvus_uri = start_milvus_lite_server(settings.resolved_milvus_uri)
+            settings, note, stop = _own_lite_file(settings)
         except RuntimeError as exc:
             print(f"kbflow: error: {exc}", file=sys.stderr)
             return 2
-        settings = settings.model_copy(update={"milvus_uri": milvus_uri})
+        cleanups.append(stop)
+    # `kbflow lookup` on this home sends its query here with this key instead of loading a model
+    local_key = secrets.token_urlsafe(32)
+    if holder is None:
         announcement = settings.home / ENDPOINT_FILE
-        announcement.write_text(
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "milvus_uri": milvus_uri,
-                    "http": f"http://{host}:{port}",
-                    "data_dir": str(Path(child.args[child.args.index("--data-dir") + 1]).resolve()),
-                    "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                }
-            ),
-            encoding="utf-8",
+        settings.ensure_home()
+        write_private(
+            announcement,
+            {
+                "pid": os.getpid(),
+                "http": f"http://{_client_host(host)}:{port}",
+                "local_key": local_key,
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                **note,
+            },
         )
-
-        def cleanup() -> None:
-            announcement.unlink(missing_ok=True)
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-
-        cleanups.append(cleanup)
-        print(
-            f"kbflow serve: owns {settings.resolved_milvus_uri.replace('http://', 'Milvus Lite at ')} "
-            f"for {settings.home}; other kbflow commands on this home use it",
-            file=sys.stderr,
-        )
+        cleanups.insert(0, lambda: announcement.unlink(missing_ok=True))
     # uvicorn re-raises SIGTERM after its graceful shutdown: make that a normal exit so the
     # announcement is removed and the Milvus Lite child stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+        uvicorn.run(create_app(settings, local_key=local_key), host=host, port=port, log_level="info")
     finally:
         for cleanup in cleanups:
             cleanup()

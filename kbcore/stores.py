@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pymilvus import MilvusClient
 
+from kbcore.announce import announced_endpoint
 from kbcore.embedder import Embedder, EmbeddingCache, get_embedder
 from kbcore.milvus_store import open_client
 from kbcore.settings import Settings
@@ -27,12 +26,18 @@ class Stores:
     def embedder(self) -> Embedder:
         if self._embedder is None:
             s = self.settings
-            self._embedder = get_embedder(s.embedding_model, s.embedding_device, s.embedding_batch_size)
+            self._embedder = get_embedder(
+                s.embedding_model,
+                s.embedding_device,
+                s.embedding_batch_size,
+                s.embedding_backend,
+                s.models_dir,
+            )
         return self._embedder
 
     @property
     def embedding_cache(self) -> EmbeddingCache:
-        return EmbeddingCache(self.sql, self.embedder)
+        return EmbeddingCache(self.sql, self.embedder, ingest_threads(self.settings))
 
     def close(self) -> None:
         self.sql.dispose()
@@ -43,24 +48,18 @@ _lock = threading.Lock()
 _open: dict[tuple[str, str], Stores] = {}
 
 
-ENDPOINT_FILE = "serve.json"
+def ingest_threads(settings: Settings) -> int:
+    """Threads a reindex embeds with: the setting, else every core, or every core but one while
+    a service answers lookups from this home (its queries then keep a core of their own)."""
+    if settings.embedding_threads:
+        return settings.embedding_threads
+    cores = os.cpu_count() or 1
+    return max(1, cores - 1) if announced_endpoint(settings.home) is not None else cores
 
 
-def announced_endpoint(home: Path) -> dict | None:
-    """The Milvus endpoint a running `kbflow serve` announced for this home, if its process lives."""
-    path = home / ENDPOINT_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    try:
-        os.kill(int(data["pid"]), 0)
-    except ProcessLookupError:  # the server died without cleaning up (SIGKILL): a stale note
-        path.unlink(missing_ok=True)
-        return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return data
+def query_threads(settings: Settings) -> int:
+    """A lookup embeds one short query: one thread is as fast and never fights a busy machine."""
+    return settings.embedding_threads or 1
 
 
 def with_announced_endpoint(settings: Settings) -> Settings:
@@ -69,9 +68,11 @@ def with_announced_endpoint(settings: Settings) -> Settings:
     if settings.milvus_uri or not settings.uses_milvus_lite:
         return settings
     found = announced_endpoint(settings.home)
-    if found is None:
+    if found is None or not found.get("milvus_uri"):
         return settings
-    return settings.model_copy(update={"milvus_uri": found["milvus_uri"]})
+    return settings.model_copy(
+        update={"milvus_uri": found["milvus_uri"], "milvus_token": found.get("milvus_token", "")}
+    )
 
 
 def open_stores(settings: Settings) -> Stores:

@@ -12,16 +12,19 @@ stores load once, at start-up.
 defined inside create_app at run time.)
 """
 
+import asyncio
 import hmac
 import ipaddress
 import json
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.concurrency import run_in_threadpool
 
 from kbcore.settings import Settings
 from kbcore.validation import InvalidValue, validate_scope
@@ -85,6 +88,36 @@ def parse_lookup_body(raw: bytes) -> LookupRequest:
         raise HTTPException(status_code=422, detail=detail) from exc
 
 
+class Overloaded(Exception):
+    """Every worker is busy and the queue is full: answered 503 with Retry-After at once."""
+
+
+class Admission:
+    """Bounded concurrency for lookups: `workers` run at once in threads of their own, at most
+    `queue` more wait, and the next one is refused at once. A 2-core machine gains nothing from
+    more lookups in flight than cores (each is CPU work: tokenize, embed, fuse), while an
+    unbounded queue turned 200 concurrent clients into 6-7 s waits each."""
+
+    def __init__(self, workers: int, queue: int) -> None:
+        self.workers, self.queue = workers, queue
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kbflow-lookup")
+        self._slots = asyncio.Semaphore(workers)
+        self._admitted = 0
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        if self._admitted >= self.workers + self.queue:
+            raise Overloaded
+        self._admitted += 1  # one event loop: no lock needed between the check and the count
+        try:
+            async with self._slots:
+                return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        finally:
+            self._admitted -= 1
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 def load_keys(settings: Settings) -> dict[str, set[str]]:
     keys = {k: set(v) for k, v in settings.api_keys.items()}
     if settings.api_keys_file:
@@ -141,21 +174,37 @@ def answer(
     return project_for_agent(result, settings).to_json() if body.agent else result.to_json()
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
+    """`local_key` reads every scope: `kbflow serve` announces it, in a file only its owner can
+    read, to kbflow commands on the same home."""
     keys = load_keys(settings)
+    configured = bool(keys)
+    if local_key:
+        keys = {**keys, local_key: {"*"}}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         retriever = get_retriever(settings)
-        retriever.stores.embedder.encode(["warm-up"])  # load the model before the first request
+        retriever.warm_up()  # load the models before the first request
         app.state.retriever = retriever
+        app.state.admission = Admission(settings.serve_workers or (os.cpu_count() or 1), settings.serve_queue)
         yield
+        app.state.admission.close()
 
     app = FastAPI(title="kbflow lookup", version="1", lifespan=lifespan)
 
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        a = app.state.admission
+        return JSONResponse(
+            status_code=503,
+            content={"detail": f"busy: {a.workers} lookups running and {a.queue} waiting; retry shortly"},
+            headers={"Retry-After": "1"},
+        )
+
     def allowed_scopes(request: Request) -> set[str] | None:
         """None = every scope (open service or a '*' key)."""
-        if not keys:
+        if not configured:
             return None
         auth = request.headers.get("authorization", "")
         given = request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else "")
@@ -169,7 +218,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        return {"status": "ok", "auth": bool(keys)}  # nothing internal: no store address, no paths
+        return {"status": "ok", "auth": configured}  # nothing internal: no store address, no paths
 
     @app.get("/v1/scopes")
     def scopes(allowed: Allowed) -> dict[str, Any]:
@@ -194,6 +243,6 @@ def create_app(settings: Settings) -> FastAPI:
     )
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
         body = parse_lookup_body(await read_body(request))
-        return await run_in_threadpool(answer, app.state.retriever, settings, body, allowed)
+        return await app.state.admission.run(answer, app.state.retriever, settings, body, allowed)
 
     return app

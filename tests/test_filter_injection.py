@@ -54,7 +54,7 @@ _counter = itertools.count()
 
 @pytest.fixture(scope="module")
 def grpc_uri(tmp_path_factory):
-    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("prop-server") / "data"))
+    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("prop-server") / "data"), "prop-token")
     yield uri
     proc.terminate()
     proc.wait(30)
@@ -65,7 +65,7 @@ def client(request, tmp_path_factory):
     if request.param == "lite":
         c = open_client(str(tmp_path_factory.mktemp("prop-lite") / "milvus.db"))
     else:
-        c = open_client(request.getfixturevalue("grpc_uri"))
+        c = open_client(request.getfixturevalue("grpc_uri"), "prop-token")
     yield c
     c.close()
 

@@ -351,13 +351,14 @@ def test_commands_reach_a_served_file_through_the_announced_endpoint(tmp_path):
 
     home = tmp_path / "home"
     home.mkdir()
-    server, uri = start_milvus_lite_server(str(home / "milvus.db"))
+    server, uri = start_milvus_lite_server(str(home / "milvus.db"), "tok")
     try:
         res = run_cli("docs", "list", home=home)  # not announced yet: the server holds the file
         assert res.returncode == 2 and f"in use by process {server.pid}" in res.stderr
         assert "Traceback" not in res.stderr
         # what `kbflow serve` announces (its own pid, alive: here the test's)
-        (home / "serve.json").write_text(json.dumps({"pid": os.getpid(), "milvus_uri": uri}))
+        note = {"pid": os.getpid(), "milvus_uri": uri, "milvus_token": "tok"}
+        (home / "serve.json").write_text(json.dumps(note))
         res = run_cli("docs", "list", "--json", home=home)
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout) == {"count": 0, "documents": []}

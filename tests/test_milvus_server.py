@@ -15,17 +15,19 @@ from kbcore.settings import Settings
 from retrieval import lookup_knowledge
 from tests.conftest import write_doc
 
+TOKEN = "test-token"
+
 
 @pytest.fixture(scope="module")
-def milvus_server(tmp_path_factory):
-    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("milvus-server") / "data"))
+def milvus_server(tmp_path_factory):  # the Milvus Lite server kbflow serve runs, token-guarded
+    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("milvus-server") / "data"), TOKEN)
     yield uri
     proc.terminate()
     proc.wait(30)
 
 
 def test_reindex_lookup_and_eval_through_a_network_milvus(milvus_server, tmp_path):
-    settings = Settings(home=tmp_path / "home", milvus_uri=milvus_server)
+    settings = Settings(home=tmp_path / "home", milvus_uri=milvus_server, milvus_token=TOKEN)
     assert settings.resolved_milvus_uri == milvus_server and not settings.uses_milvus_lite
 
     docs = tmp_path / "docs"
@@ -42,7 +44,7 @@ def test_reindex_lookup_and_eval_through_a_network_milvus(milvus_server, tmp_pat
     assert reindex([docs], settings=settings).chunks_embedded == 0  # incremental, through the network
     old = first.scopes["net"].physical_collection
     full = reindex([docs], full=True, settings=settings)
-    stores_client = ms.open_client(milvus_server)
+    stores_client = ms.open_client(milvus_server, TOKEN)
     assert (
         ms.alias_target(stores_client, full.scopes["net"].collection)
         == full.scopes["net"].physical_collection
@@ -66,7 +68,7 @@ def test_reindex_lookup_and_eval_through_a_network_milvus(milvus_server, tmp_pat
 def test_real_ids_moves_and_full_rebuilds_across_roots_through_a_network_milvus(milvus_server, tmp_path):
     """The write side's guarantees hold on the endpoint too: free-text ids as written, a moved
     root that embeds nothing, a --full that copies another root's documents, a guarded delete."""
-    settings = Settings(home=tmp_path / "home", milvus_uri=milvus_server)
+    settings = Settings(home=tmp_path / "home", milvus_uri=milvus_server, milvus_token=TOKEN)
     a, b = tmp_path / "a", tmp_path / "b"
     write_doc(
         a,

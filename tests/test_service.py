@@ -209,8 +209,8 @@ def test_the_milvus_child_dies_with_a_sigkilled_parent_and_a_stale_note_is_clean
     recognised as stale and removed by the next command."""
     import signal
 
+    from kbcore.announce import ENDPOINT_FILE, announced_endpoint
     from kbcore.milvus_store import lock_holder
-    from kbcore.stores import ENDPOINT_FILE, announced_endpoint
 
     data = tmp_path / "milvus.db"
     parent = subprocess.Popen(
@@ -218,7 +218,8 @@ def test_the_milvus_child_dies_with_a_sigkilled_parent_and_a_stale_note_is_clean
             sys.executable,
             "-c",
             "import sys, time; from flows.serve import start_milvus_lite_server; "
-            f"p, uri = start_milvus_lite_server({str(data)!r}); print(p.pid, flush=True); time.sleep(300)",
+            f"p, uri = start_milvus_lite_server({str(data)!r}, 't'); "
+            "print(p.pid, flush=True); time.sleep(300)",
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -1,0 +1,178 @@
+"""`kbflow serve` under overload and abuse, over real HTTP: bounded admission with fast 503s,
+413/401/422 for bad requests, a health check that reveals nothing, a token-guarded Milvus child,
+and `kbflow lookup` sent to the running service instead of loading a model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flows.serve import free_port
+from retrieval.service import Admission, Overloaded
+from tests.conftest import REPO, write_doc
+
+KAFKA = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"
+QUERY = {"query": "kafka consumer group lag keeps growing", "kb_scope": "ops"}
+
+
+def test_admission_runs_workers_queues_a_few_and_refuses_the_rest_at_once():
+    gate = threading.Event()
+
+    async def scenario() -> tuple[list, float]:
+        admission = Admission(workers=1, queue=1)
+        running = asyncio.ensure_future(admission.run(gate.wait, 10))
+        waiting = asyncio.ensure_future(admission.run(lambda: "queued"))
+        await asyncio.sleep(0.05)
+        t = time.perf_counter()
+        with pytest.raises(Overloaded):
+            await admission.run(lambda: "refused")
+        refused_in = time.perf_counter() - t
+        gate.set()
+        done = await asyncio.gather(running, waiting)
+        assert await admission.run(lambda: "after") == "after"  # slots are given back
+        admission.close()
+        return done, refused_in
+
+    done, refused_in = asyncio.run(scenario())
+    assert done == [True, "queued"] and refused_in < 0.05
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("limits")
+    write_doc(
+        tmp / "docs", "k.md", source="kafka-lag", scope="ops", breadcrumb="Message Queue > Kafka", body=KAFKA
+    )
+    home = tmp / "home"
+    port = free_port()
+    env = {
+        **os.environ,
+        "KBFLOW_HOME": str(home),
+        "KBFLOW_API_KEYS": '{"k-ops": ["ops"]}',
+        "KBFLOW_SERVE_WORKERS": "1",
+        "KBFLOW_SERVE_QUEUE": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    kbflow = str(Path(sys.executable).with_name("kbflow"))
+    # seeded by another process, which then lets go of the file (this one keeps Milvus Lite open)
+    seed = subprocess.run(
+        [kbflow, "reindex", str(tmp / "docs")], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert seed.returncode == 0, seed.stderr
+    proc = subprocess.Popen(
+        [kbflow, "serve", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "service did not come up"
+        time.sleep(0.5)
+    yield base, home, env
+    proc.terminate()
+    proc.wait(30)
+    assert not (home / "serve.json").exists()
+
+
+def test_overload_is_answered_at_once_with_503_and_retry_after(service):
+    base, _, _ = service
+    barrier = threading.Barrier(24)
+    results: list[tuple[int, float, str | None]] = []
+
+    def client() -> None:
+        with httpx.Client(timeout=60) as c:
+            barrier.wait()
+            t = time.perf_counter()
+            r = c.post(f"{base}/v1/lookup", json=QUERY, headers={"X-API-Key": "k-ops"})
+            results.append((r.status_code, time.perf_counter() - t, r.headers.get("retry-after")))
+
+    threads = [threading.Thread(target=client) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = [code for code, _, _ in results]
+    assert set(codes) <= {200, 503} and codes.count(200) >= 2, codes  # never a 500, never a hang
+    busy = [(secs, retry) for code, secs, retry in results if code == 503]
+    assert busy, "24 simultaneous lookups on 1 worker + 1 queue slot must overflow"
+    assert all(retry == "1" for _, retry in busy)
+    assert max(secs for secs, _ in busy) < 2.0  # refused at once, not after a wait in line
+
+
+def test_abuse_over_real_http_gets_4xx_never_500_nor_an_echo(service):
+    base, _, _ = service
+    key = {"X-API-Key": "k-ops"}
+    huge = b'{"query": "' + b"x" * (200 * 1024) + b'"}'
+    big = httpx.post(f"{base}/v1/lookup", content=huge, headers=key, timeout=30)
+    assert big.status_code == 413 and len(big.content) < 1000
+    assert httpx.post(f"{base}/v1/lookup", content=huge, timeout=30).status_code == 401
+    for raw in ("clé-ünïcode".encode(), "\u2603".encode()):
+        r = httpx.post(f"{base}/v1/lookup", json=QUERY, headers={"X-API-Key": raw}, timeout=30)
+        assert r.status_code == 401
+    surrogate = b'{"query": "lag \\ud800 here", "kb_scope": "ops"}'
+    assert httpx.post(f"{base}/v1/lookup", content=surrogate, headers=key, timeout=30).status_code == 422
+    wrong = httpx.post(f"{base}/v1/lookup", json={"query": 5}, headers=key, timeout=30)
+    assert wrong.status_code == 422
+    assert httpx.post(f"{base}/v1/lookup", content=b"\xff\xfe", headers=key, timeout=30).status_code == 415
+    assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "auth": True}
+
+
+def test_the_milvus_child_answers_only_with_the_token_from_a_private_note(service):
+    from pymilvus import MilvusClient
+
+    _, home, _ = service
+    note_path = home / "serve.json"
+    assert stat.S_IMODE(note_path.stat().st_mode) == 0o600
+    note = json.loads(note_path.read_text())
+    with pytest.raises(Exception):  # noqa: B017 - pymilvus reports the refusal as a connection failure
+        MilvusClient(uri=note["milvus_uri"]).list_collections()
+    with pytest.raises(Exception):  # noqa: B017
+        MilvusClient(uri=note["milvus_uri"], token="guess").list_collections()
+    assert MilvusClient(uri=note["milvus_uri"], token=note["milvus_token"]).list_collections()
+
+
+def test_kbflow_lookup_goes_through_the_running_service(service):
+    _, _, env = service
+    kbflow = str(Path(sys.executable).with_name("kbflow"))
+    out = subprocess.run(
+        [kbflow, "lookup", "kafka consumer group lag", "--scope", "ops", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "through kbflow serve" in out.stderr and "loading the embedding model" not in out.stderr
+    data = json.loads(out.stdout)
+    assert data["found"] and data["evidence"][0]["docId"] == "kafka-lag"
+    assert "model_load" not in data["retrievalTrace"]["timingsMs"]
+    bad = subprocess.run(
+        [kbflow, "lookup", "kafka", "--scope", "no such scope!"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "kb_scope" in bad.stderr and "Traceback" not in bad.stderr
