@@ -1,0 +1,185 @@
+"""Service benchmark: `kbflow serve` on 127.0.0.1 under 1, 4, 16 and 64 concurrent clients.
+
+Builds an index of generated runbooks, starts `kbflow serve` on it (the service owns the Milvus
+Lite file and announces its endpoint), then in one run:
+  (1) in-process `lookup_knowledge` against the same store, interleaved query by query with the
+      same lookup over HTTP from one client: service p50 / in-process p50 (target <= 1.3);
+  (2) for each client count, clients post lookups back to back for a fixed time: throughput,
+      p50/p95/p99 latency of answered requests, the 503 share (overload answered at once, with
+      Retry-After) and errors (anything else: target 0).
+
+    python bench/serve.py [--docs 300] [--seconds 8] [--clients 1,4,16,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.ingest import VOCAB  # noqa: E402
+from bench.lookup import make_corpus, pct  # noqa: E402
+from flows.serve import free_port  # noqa: E402
+from ingest.reindex import reindex  # noqa: E402
+from kbcore.settings import Settings  # noqa: E402
+from kbcore.stores import close_all  # noqa: E402
+from retrieval.lookup import get_retriever  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Client:
+    """One keep-alive HTTP connection, as an agent's client would hold."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def lookup(self, query: str) -> tuple[int, float]:
+        body = json.dumps({"query": query, "kb_scope": "bench"})
+        t = time.perf_counter()
+        try:
+            self.conn.request("POST", "/v1/lookup", body, {"Content-Type": "application/json"})
+            resp = self.conn.getresponse()
+            resp.read()
+            status = resp.status
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            status = 0
+        return status, (time.perf_counter() - t) * 1000
+
+
+def start_service(home: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return proc
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise SystemExit("kbflow serve did not answer /healthz within 120 s")
+
+
+def side_by_side(home: Path, port: int, queries: list[str]) -> tuple[float, float]:
+    retriever = get_retriever(Settings(home=home))  # finds serve.json: the same Milvus child
+    client = Client(port)
+    for q in queries[:10]:
+        retriever.lookup(q, kb_scope="bench")
+        client.lookup(q)
+    local, served = [], []
+    for q in queries:
+        t = time.perf_counter()
+        retriever.lookup(q, kb_scope="bench")
+        local.append((time.perf_counter() - t) * 1000)
+        status, ms = client.lookup(q)
+        assert status == 200, status
+        served.append(ms)
+    return statistics.median(local), statistics.median(served)
+
+
+def load(port: int, clients: int, seconds: float, queries: list[str]) -> dict[str, float]:
+    results: list[tuple[int, float]] = []
+    lock = threading.Lock()
+    stop = time.perf_counter() + seconds
+
+    def worker(seed: int) -> None:
+        rng, client, mine = random.Random(seed), Client(port), []
+        while time.perf_counter() < stop:
+            mine.append(client.lookup(rng.choice(queries)))
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    ok = [ms for status, ms in results if status == 200]
+    busy = [ms for status, ms in results if status == 503]
+    errors = len(results) - len(ok) - len(busy)
+    return {
+        "clients": clients,
+        "answered_per_s": round(len(ok) / elapsed, 1),
+        "p50_ms": round(statistics.median(ok), 1) if ok else None,
+        "p95_ms": round(pct(ok, 95), 1) if len(ok) > 1 else None,
+        "p99_ms": round(pct(ok, 99), 1) if len(ok) > 1 else None,
+        "rate_503": round(len(busy) / max(len(results), 1), 3),
+        "p99_503_ms": round(pct(busy, 99), 1) if len(busy) > 1 else None,
+        "errors": errors,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=300)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--clients", default="1,4,16,64")
+    args = ap.parse_args()
+    rng = random.Random(5)
+    work = Path(tempfile.mkdtemp(prefix="kbflow-serve-bench-"))
+    root, home = work / "corpus", work / "home"
+    root.mkdir()
+    make_corpus(root, args.docs, rng)
+    summary = reindex([root], settings=Settings(home=home))
+    assert summary.ok, summary.to_dict()
+    close_all()  # the service must own the Lite file
+    print(f"index: {summary.added} documents, {summary.chunks_written} chunks")
+    queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
+    port = free_port()
+    proc = start_service(home, port)
+    try:
+        local50, served50 = side_by_side(home, port, queries)
+        ratio = served50 / local50
+        print(f"1 client: in-process p50 {local50:.1f} ms, service p50 {served50:.1f} ms, ratio {ratio:.2f}")
+        rows = []
+        for n in [int(c) for c in args.clients.split(",")]:
+            rows.append(load(port, n, args.seconds, queries))
+            print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()))
+    finally:
+        close_all()
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(work, ignore_errors=True)
+    errors = sum(r["errors"] for r in rows)
+    worst_503 = max((r["p99_503_ms"] or 0) for r in rows)
+    out = {
+        "bench": "serve",
+        "metrics": {
+            "inprocess_p50_ms": round(local50, 1),
+            "service_p50_ms": round(served50, 1),
+            "load": rows,
+        },
+        "ratios": {"service_over_inprocess_p50": round(ratio, 2)},
+        "targets": {"service_over_inprocess_p50": "<= 1.3", "errors": 0, "p99_503_ms": "fast (< 100)"},
+    }
+    print(json.dumps(out))
+    return 0 if ratio <= 1.3 and errors == 0 and worst_503 < 100 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
