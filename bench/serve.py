@@ -6,7 +6,7 @@ Lite file and announces its endpoint), then in one run:
       same lookup over HTTP from one client: service p50 / in-process p50 (target <= 1.3);
   (2) for each client count, clients post lookups back to back for a fixed time: throughput,
       p50/p95/p99 latency of answered requests, the 503 share (overload answered at once, with
-      Retry-After) and errors (anything else: target 0).
+      Retry-After; clients then wait as asked) and errors (anything else: target 0).
 
     python bench/serve.py [--docs 300] [--seconds 8] [--clients 1,4,16,64]
 """
@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.ingest import VOCAB  # noqa: E402
 from bench.lookup import make_corpus, pct  # noqa: E402
 from flows.serve import free_port  # noqa: E402
-from ingest.reindex import reindex  # noqa: E402
 from kbcore.settings import Settings  # noqa: E402
 from kbcore.stores import close_all  # noqa: E402
 from retrieval.lookup import get_retriever  # noqa: E402
@@ -46,22 +45,25 @@ class Client:
     def __init__(self, port: int) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
-    def lookup(self, query: str) -> tuple[int, float]:
+    def lookup(self, query: str) -> tuple[int, float, float]:
+        """(status, milliseconds, seconds the server asked to wait before retrying)."""
         body = json.dumps({"query": query, "kb_scope": "bench"})
         t = time.perf_counter()
         try:
             self.conn.request("POST", "/v1/lookup", body, {"Content-Type": "application/json"})
             resp = self.conn.getresponse()
             resp.read()
-            status = resp.status
+            status, retry = resp.status, float(resp.getheader("Retry-After") or 0)
         except (OSError, http.client.HTTPException):
             self.conn.close()
-            status = 0
-        return status, (time.perf_counter() - t) * 1000
+            status, retry = 0, 0.0
+        return status, (time.perf_counter() - t) * 1000, retry
 
 
-def start_service(home: Path, port: int) -> subprocess.Popen:
+def start_service(home: Path, port: int, workers: int) -> subprocess.Popen:
     env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if workers:
+        env["KBFLOW_SERVE_WORKERS"] = str(workers)
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "serve", "--port", str(port)],
         cwd=REPO,
@@ -93,14 +95,14 @@ def side_by_side(home: Path, port: int, queries: list[str]) -> tuple[float, floa
         t = time.perf_counter()
         retriever.lookup(q, kb_scope="bench")
         local.append((time.perf_counter() - t) * 1000)
-        status, ms = client.lookup(q)
+        status, ms, _ = client.lookup(q)
         assert status == 200, status
         served.append(ms)
     return statistics.median(local), statistics.median(served)
 
 
 def load(port: int, clients: int, seconds: float, queries: list[str]) -> dict[str, float]:
-    results: list[tuple[int, float]] = []
+    results: list[tuple[int, float, float]] = []
     lock = threading.Lock()
     stop = time.perf_counter() + seconds
 
@@ -108,6 +110,8 @@ def load(port: int, clients: int, seconds: float, queries: list[str]) -> dict[st
         rng, client, mine = random.Random(seed), Client(port), []
         while time.perf_counter() < stop:
             mine.append(client.lookup(rng.choice(queries)))
+            if mine[-1][2]:  # a 503: back off as asked, as a well-behaved client does
+                time.sleep(min(mine[-1][2], max(stop - time.perf_counter(), 0)))
         with lock:
             results.extend(mine)
 
@@ -118,8 +122,8 @@ def load(port: int, clients: int, seconds: float, queries: list[str]) -> dict[st
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - started
-    ok = [ms for status, ms in results if status == 200]
-    busy = [ms for status, ms in results if status == 503]
+    ok = [ms for status, ms, _ in results if status == 200]
+    busy = [ms for status, ms, _ in results if status == 503]
     errors = len(results) - len(ok) - len(busy)
     return {
         "clients": clients,
@@ -139,19 +143,30 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--clients", default="1,4,16,64")
+    ap.add_argument(
+        "--workers", type=int, default=0, help="KBFLOW_SERVE_WORKERS for the service (0 = default)"
+    )
     args = ap.parse_args()
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="kbflow-serve-bench-"))
     root, home = work / "corpus", work / "home"
     root.mkdir()
     make_corpus(root, args.docs, rng)
-    summary = reindex([root], settings=Settings(home=home))
-    assert summary.ok, summary.to_dict()
-    close_all()  # the service must own the Lite file
-    print(f"index: {summary.added} documents, {summary.chunks_written} chunks")
+    env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # another process builds the index and lets go of the file: the service must own it
+    built = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "reindex", str(root), "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    summary = json.loads(built.stdout)
+    print(f"index: {summary['added']} documents, {summary['chunks_written']} chunks")
     queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
     port = free_port()
-    proc = start_service(home, port)
+    proc = start_service(home, port, args.workers)
     try:
         local50, served50 = side_by_side(home, port, queries)
         ratio = served50 / local50

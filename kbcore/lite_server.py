@@ -52,7 +52,15 @@ def run(data_dir: str, port: int, token: str) -> int:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=10),
         interceptors=[TokenInterceptor(token)],
-        options=[("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size)],
+        options=[
+            ("grpc.max_receive_message_length", size),
+            ("grpc.max_send_message_length", size),
+            # pymilvus pings every 10 s even when idle; gRPC's default answers that with GOAWAY
+            # "too_many_pings", dropping an idle service's connection
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            ("grpc.http2.max_ping_strikes", 0),
+        ],
     )
     milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(db), server)
     if server.add_insecure_port(f"127.0.0.1:{port}") == 0:

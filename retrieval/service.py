@@ -104,8 +104,11 @@ class Admission:
         self._slots = asyncio.Semaphore(workers)
         self._admitted = 0
 
+    def full(self) -> bool:
+        return self._admitted >= self.workers + self.queue
+
     async def run(self, fn: Any, *args: Any) -> Any:
-        if self._admitted >= self.workers + self.queue:
+        if self.full():
             raise Overloaded
         self._admitted += 1  # one event loop: no lock needed between the check and the count
         try:
@@ -242,6 +245,8 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
         },
     )
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
+        if app.state.admission.full():  # refused before the body is even read: overload stays cheap
+            raise Overloaded
         body = parse_lookup_body(await read_body(request))
         return await app.state.admission.run(answer, app.state.retriever, settings, body, allowed)
 
