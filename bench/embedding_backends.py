@@ -49,7 +49,7 @@ def speed(work: Path, docs: int) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for backend in BACKENDS:
         t = time.perf_counter()
-        emb = Embedder(backend=backend, cache_root=settings.models_dir)
+        emb = Embedder(backend=backend, cache_root=settings.resolved_models_dir)
         emb.encode(texts[:16], cores)
         load = time.perf_counter() - t
         t = time.perf_counter()

@@ -29,7 +29,7 @@ from ingest.reindex import reindex  # noqa: E402
 from ingest.sources import discover  # noqa: E402
 from kbcore.embedder import get_embedder  # noqa: E402
 from kbcore.settings import Settings  # noqa: E402
-from kbcore.stores import close_all, open_stores  # noqa: E402
+from kbcore.stores import close_all, ingest_threads, open_stores  # noqa: E402
 
 VOCAB = (
     "pool connection timeout replica lag queue consumer partition broker offset cache eviction "
@@ -87,12 +87,18 @@ def main() -> int:
     )
 
     embedder = get_embedder(
-        settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
+        settings.embedding_model,
+        settings.embedding_device,
+        settings.embedding_batch_size,
+        settings.embedding_backend,
+        settings.resolved_models_dir,
     )
-    embedder.encode(texts[:64])  # warm-up: model load and first-call overheads are not part of (a)
+    threads = ingest_threads(settings)  # what the reindex below embeds with
+    embedder.encode(texts[:64], threads)  # warm-up: model load (and export) are not part of (a)
+    print(f"backend {settings.embedding_backend}, {threads} threads")
 
     t = time.perf_counter()
-    embedder.encode(texts)
+    embedder.encode(texts, threads)
     a = time.perf_counter() - t
 
     stores = open_stores(settings)

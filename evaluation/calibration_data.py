@@ -186,7 +186,7 @@ def calibrate_command(args: Any, settings: Settings) -> int:
 
     from evaluation.calibrate import calibrate
     from kbcore.embedder import model_id_for
-    from kbcore.stores import open_stores
+    from kbcore.stores import keep_home_backend, open_stores
     from retrieval import calibration
 
     if not (args.golden or args.beir):
@@ -199,6 +199,7 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         return 2
     pool = settings.retrieve_k
     queries, sources = collect(args, settings, pool)
+    settings = keep_home_backend(open_stores(settings)).settings  # the backend the scopes use
     # exported, a calibration is a default for any scope of the model
     scope = "*" if getattr(args, "export", None) or not args.scope else args.scope
     result = calibrate(

@@ -23,7 +23,7 @@ from flows.common import summary_markdown
 from ingest.reindex import ReindexSummary, index_scope, reindex
 from ingest.sources import ScanResult
 from kbcore.settings import Settings
-from kbcore.stores import Stores, is_transient, open_stores
+from kbcore.stores import Stores, is_transient, keep_home_backend, open_stores
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -91,7 +91,7 @@ def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
                 settings.embedding_device,
                 size,
                 settings.embedding_backend,
-                str(settings.models_dir.resolve()),
+                str(settings.resolved_models_dir.resolve()),
             )
             for i in range(0, len(texts), size)
         ]
@@ -109,8 +109,8 @@ def _reindex(
     allow_mass_delete: bool = False,
 ) -> State:
     logger = get_run_logger()
-    settings = Settings(**({"home": home} if home else {}))
-    stores = open_stores(settings)
+    stores = keep_home_backend(open_stores(Settings(**({"home": home} if home else {}))))
+    settings = stores.settings
 
     if parallel:
         _ = stores.embedder  # an ONNX backend is exported here once, before workers read it

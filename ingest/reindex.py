@@ -39,7 +39,7 @@ from kbcore.analysis import LexicalConfig
 from kbcore.embedder import EmbedStats, model_id_for
 from kbcore.settings import Settings
 from kbcore.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
-from kbcore.stores import Stores, open_stores
+from kbcore.stores import Stores, keep_home_backend, open_stores
 from kbcore.validation import validate_scope
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -515,7 +515,7 @@ def reindex(
     started = time.time()
     if scope is not None:
         validate_scope(scope)
-    stores = stores or open_stores(settings or Settings())
+    stores = keep_home_backend(stores or open_stores(settings or Settings()))
     settings = stores.settings
     scan_result = scan(roots, settings, stores, scope)
     scan_result.allow_mass_delete = allow_mass_delete

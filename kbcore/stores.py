@@ -7,12 +7,20 @@ import threading
 from dataclasses import dataclass, field
 
 from pymilvus import MilvusClient
+from sqlalchemy import select
 
 from kbcore.announce import announced_endpoint
-from kbcore.embedder import Embedder, EmbeddingCache, get_embedder
+from kbcore.embedder import (
+    Embedder,
+    EmbeddingCache,
+    base_model_id,
+    get_embedder,
+    model_id_for,
+    split_model_id,
+)
 from kbcore.milvus_store import open_client
 from kbcore.settings import Settings
-from kbcore.sql import SqlStore
+from kbcore.sql import ScopeRow, SqlStore
 
 
 @dataclass
@@ -31,7 +39,7 @@ class Stores:
                 s.embedding_device,
                 s.embedding_batch_size,
                 s.embedding_backend,
-                s.models_dir,
+                s.resolved_models_dir,
             )
         return self._embedder
 
@@ -46,6 +54,21 @@ class Stores:
 
 _lock = threading.Lock()
 _open: dict[tuple[str, str], Stores] = {}
+
+
+def keep_home_backend(stores: Stores) -> Stores:
+    """A backend that is not set explicitly is the one the home's scopes were built with: a new
+    default never turns every existing scope's next reindex into a demand for --full."""
+    s = stores.settings
+    if "embedding_backend" in s.model_fields_set:
+        return stores
+    with stores.sql.session() as session:
+        built = session.scalars(select(ScopeRow.model_id)).all()
+    model = model_id_for(s.embedding_model)
+    backends = {split_model_id(m)[1] for m in built if base_model_id(m) == model}
+    if len(backends) != 1 or s.embedding_backend in backends:
+        return stores
+    return Stores(s.model_copy(update={"embedding_backend": backends.pop()}), stores.sql, stores.milvus)
 
 
 def ingest_threads(settings: Settings) -> int:

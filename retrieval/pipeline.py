@@ -95,7 +95,7 @@ class Retriever:
         """The model and backend a scope was indexed with, whatever this process's settings say."""
         s = self.settings
         name, backend = split_model_id(model_id)
-        return get_embedder(name, s.embedding_device, s.embedding_batch_size, backend, s.models_dir)
+        return get_embedder(name, s.embedding_device, s.embedding_batch_size, backend, s.resolved_models_dir)
 
     def warm_up(self, kb_scope: str | None = None) -> None:
         """Load every model the scopes need now, not inside the first lookup."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# every test gets a fresh home; the default backend's ONNX export is made once per session and
+# shared through the models_dir setting (subprocesses inherit it), not once per home
+os.environ.setdefault("KBFLOW_MODELS_DIR", tempfile.mkdtemp(prefix="kbflow-test-models-"))
 
 from kbcore.settings import Settings  # noqa: E402
 from kbcore.stores import Stores, close_all, open_stores  # noqa: E402

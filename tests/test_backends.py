@@ -48,8 +48,8 @@ def test_model_ids_name_the_backend_and_round_trip():
 def test_switching_backend_asks_for_full_and_never_mixes_the_cache(tmp_path):
     docs = _corpus(tmp_path)
     home = tmp_path / "home"
-    assert reindex([docs], settings=Settings(home=home)).ok
-    int8 = Settings(home=home, embedding_backend="onnx-int8")
+    assert reindex([docs], settings=Settings(home=home, embedding_backend="torch")).ok
+    int8 = Settings(home=home, embedding_backend="onnx-int8", models_dir=tmp_path / "models")
 
     refused = reindex([docs], settings=int8)  # incremental: the scope's vectors are torch's
     assert not refused.ok
@@ -57,8 +57,8 @@ def test_switching_backend_asks_for_full_and_never_mixes_the_cache(tmp_path):
 
     rebuilt = reindex([docs], full=True, settings=int8)
     assert rebuilt.ok and rebuilt.chunks_embedded > 0  # nothing taken from torch's cache rows
-    export = int8.models_dir
-    assert list(export.glob(f"*/onnx-int8/{META_FILE}")), "the export is cached under the home"
+    assert list((tmp_path / "models").glob(f"*/onnx-int8/{META_FILE}")), "the export is cached"
+    assert Settings(home=home).resolved_models_dir == home / "models"  # by default, under the home
     stores = open_stores(int8)
     with stores.sql.session() as s:
         assert s.get(ScopeRow, "ops").model_id.endswith("@onnx-int8")
@@ -75,9 +75,30 @@ def test_switching_backend_asks_for_full_and_never_mixes_the_cache(tmp_path):
     assert again.ok and again.chunks_embedded == 0  # its own cache rows serve the rebuild
 
     # a lookup uses the scope's backend whatever this process is configured with
-    for settings in (int8, Settings(home=home)):
+    for settings in (int8, Settings(home=home, embedding_backend="torch")):
         result = lookup_knowledge("kafka consumer group lag growing", kb_scope="ops", settings=settings)
         assert result.found and result.evidence[0].doc_id == "kafka-lag"
+
+
+def test_a_home_keeps_its_backend_unless_one_is_set(tmp_path):
+    """The default backend changed from torch to onnx: a home built before keeps reindexing
+    incrementally with torch; an explicit setting still asks for --full."""
+    docs = _corpus(tmp_path)
+    home = tmp_path / "home"
+    assert reindex([docs], settings=Settings(home=home, embedding_backend="torch")).ok
+    write_doc(
+        docs, "new.md", source="new-doc", scope="ops", body="# Disk full\n\n## Fix\n\nRotate the logs.\n"
+    )
+    default = reindex([docs], settings=Settings(home=home))
+    assert default.ok and default.added == 1
+    with open_stores(Settings(home=home)).sql.session() as s:
+        assert s.get(ScopeRow, "ops").model_id == model_id_for("", "torch")
+    explicit = reindex([docs], settings=Settings(home=home, embedding_backend="onnx"))
+    assert not explicit.ok and any("--full" in f["reason"] for f in explicit.failed)
+    fresh = reindex([docs], settings=Settings(home=tmp_path / "new-home"))
+    assert fresh.ok
+    with open_stores(Settings(home=tmp_path / "new-home")).sql.session() as s:
+        assert s.get(ScopeRow, "ops").model_id == model_id_for("", "onnx")  # a new home: the default
 
 
 def test_onnx_vectors_match_the_torch_model(tmp_path):
@@ -96,8 +117,7 @@ def test_a_lookup_on_an_onnx_scope_never_imports_torch(tmp_path):
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
-        "KBFLOW_HOME": str(home),
-        "KBFLOW_EMBEDDING_BACKEND": "onnx-int8",
+        "KBFLOW_HOME": str(home),  # and the default backend
     }
     kbflow = str(Path(sys.executable).with_name("kbflow"))
     built = subprocess.run([kbflow, "reindex", str(docs)], cwd=REPO, env=env, capture_output=True, text=True)
