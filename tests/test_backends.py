@@ -58,7 +58,7 @@ def test_switching_backend_asks_for_full_and_never_mixes_the_cache(tmp_path):
     rebuilt = reindex([docs], full=True, settings=int8)
     assert rebuilt.ok and rebuilt.chunks_embedded > 0  # nothing taken from torch's cache rows
     assert list((tmp_path / "models").glob(f"*/onnx-int8/{META_FILE}")), "the export is cached"
-    assert Settings(home=home).resolved_models_dir == home / "models"  # by default, under the home
+    assert Settings(home=home, models_dir=None).resolved_models_dir == home / "models"  # by default
     stores = open_stores(int8)
     with stores.sql.session() as s:
         assert s.get(ScopeRow, "ops").model_id.endswith("@onnx-int8")

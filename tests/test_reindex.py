@@ -8,6 +8,7 @@ from sqlalchemy import select
 
 from ingest.reindex import reindex
 from kbcore import milvus_store as ms
+from kbcore.embedder import model_id_for
 from kbcore.settings import Settings
 from kbcore.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
 from kbcore.stores import open_stores
@@ -245,4 +246,4 @@ def test_model_change_requires_full(tmp_path, settings, stores):
     rebuilt = reindex([docs], full=True, stores=other_stores)
     assert rebuilt.ok
     with stores.sql.session() as s:
-        assert s.get(ScopeRow, "s1").model_id == other.embedding_model
+        assert s.get(ScopeRow, "s1").model_id == model_id_for(other.embedding_model, other.embedding_backend)
