@@ -11,6 +11,7 @@ every candidate (BM25-only ones included), so quality never has to guess from ra
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,6 +97,9 @@ def squared_l2(stored: Sequence[float], vector: np.ndarray) -> float:
     return float(diff @ diff)
 
 
+_LEGS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kbflow-bm25-leg")
+
+
 def run_legs(
     client: MilvusClient,
     target: ScopeTarget,
@@ -119,15 +123,14 @@ def run_legs(
         )[0]
         return Leg(list(res), [float(h["distance"]) for h in res])
 
-    dense = search(
-        [vector.tolist()], "dense", {"metric_type": "L2", "params": {"ef": max(64, spec.limit * 2)}}
-    )
-    if spec.mode == "dense":
-        return dense, Leg([], [])
+    dense_params = {"metric_type": "L2", "params": {"ef": max(64, spec.limit * 2)}}
     text = target.lexical.query_text(query) if target.lexical else query
-    if not text.strip():
-        return dense, Leg([], [])
-    return dense, search([text], target.field, {"metric_type": "BM25"})
+    if spec.mode == "dense" or not text.strip():
+        return search([vector.tolist()], "dense", dense_params), Leg([], [])
+    # the legs are two round trips that wait on the store, not on us: send them together
+    sparse = _LEGS.submit(search, [text], target.field, {"metric_type": "BM25"})
+    dense = search([vector.tolist()], "dense", dense_params)
+    return dense, sparse.result()
 
 
 TRUST_TOP = 5  # BM25 hits whose query-term coverage sets the leg's trust
