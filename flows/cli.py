@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from flows.errors import say_error
+
 # Prefect's telemetry tries the network and, on its temporary server, logs "database is locked"
 # errors; kbflow turns it off unless the user chose (PREFECT_SERVER_ANALYTICS_ENABLED=true).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -361,15 +363,12 @@ def _say_what_loads(settings: Any) -> None:
     print(f"kbflow: loading the embedding model {model} and the stores ({where}) …", file=sys.stderr)
 
 
-def _err(message: str) -> int:
-    print(f"kbflow: error: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "lookup":
-        routed = _lookup_through_service(args)
+        from flows.lookup_cli import lookup_through_service
+
+        routed = lookup_through_service(args, _settings)
         if routed is not None:
             return routed
     from pydantic_settings import SettingsError
@@ -396,7 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "reindex":
             return _reindex(args, settings)
         if args.command == "lookup":
-            return _lookup(args, settings)
+            from flows.lookup_cli import lookup
+
+            return lookup(args, settings)
         if args.command == "eval":
             return _eval(args, settings)
         if args.command == "db":
@@ -416,11 +417,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status(args, settings)
     except ValidationError as exc:
         first = exc.errors()[0]
-        return _err(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        return say_error(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
     except SettingsError as exc:
-        return _err(settings_error_message(exc))
+        return say_error(settings_error_message(exc))
     except StoreUnavailable as exc:
-        return _err(store_unavailable_message(exc, settings.resolved_milvus_uri))
+        return say_error(store_unavailable_message(exc, settings.resolved_milvus_uri))
     except (
         RootError,
         InvalidValue,
@@ -431,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ScopeLocked,
         SchemaOutdated,
     ) as exc:
-        return _err(str(exc))
+        return say_error(str(exc))
 
 
 def _reindex(args: argparse.Namespace, settings: Any) -> int:
@@ -537,160 +538,6 @@ def _print_summary(summary: Any, console: Any) -> None:
         console.print(f"[red]FAILED[/red] {escape(f['path'])}: {escape(f['reason'])}", highlight=False)
 
 
-def _lookup_through_service(args: argparse.Namespace) -> int | None:
-    """With a `kbflow serve` announced for the home, send the lookup there: no model to load.
-    None = no service to use (or it did not answer): the caller looks up in-process."""
-    if args.in_process or args.milvus_uri or args.database_url:
-        return None
-    from flows.remote import ServedLookup, ServiceRefused, ServiceUnreachable
-
-    try:
-        settings = _settings(args)
-        client = ServedLookup(settings.home)
-    except (ValidationError, ValueError, ServiceUnreachable):  # bad settings: the main path says so
-        return None
-    print(f"kbflow: looking up through kbflow serve at {client.where}", file=sys.stderr)
-
-    def run(query: str, scope: str | None) -> dict[str, Any]:
-        return client.lookup(
-            query, scope or settings.kb_scope or None, args.mode or settings.search_mode, args.agent
-        )
-
-    try:
-        return _lookup(args, settings, run, (ServiceRefused,))
-    except ServiceRefused as exc:
-        return _err(str(exc))
-    except ServiceUnreachable as exc:
-        if args.queries:
-            return _err(f"{exc}; rerun with --in-process")
-        print(f"kbflow: {exc}; looking up in-process", file=sys.stderr)
-        return None
-
-
-def _lookup(
-    args: argparse.Namespace,
-    settings: Any,
-    run: Any = None,
-    line_errors: tuple[type[Exception], ...] = (),
-) -> int:
-    """`run(query, scope)` gives the result as JSON data: in-process by default, or the service's."""
-    if run is None:
-        from retrieval import lookup_knowledge, project_for_agent
-        from retrieval.pipeline import LookupError_
-
-        line_errors = (LookupError_,)
-
-        def run(query: str, scope: str | None) -> dict[str, Any]:
-            result = lookup_knowledge(
-                query, kb_scope=scope, mode=args.mode or settings.search_mode, settings=settings
-            )
-            return project_for_agent(result, settings).to_json() if args.agent else result.to_json()
-
-    if args.queries:
-        if args.query:
-            return _err("give either QUERY or --queries, not both")
-        failed = 0
-        with open(args.queries, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                item: Any = None
-                try:
-                    item = json.loads(line)
-                    if not isinstance(item, dict) or not isinstance(item.get("query"), str):
-                        raise ValueError('each line must be an object with a string "query"')
-                    out = {
-                        "id": item.get("id", n),
-                        "result": run(item["query"], item.get("kb_scope", args.scope)),
-                    }
-                except (ValueError, *line_errors) as exc:
-                    failed += 1
-                    line_id = item.get("id", n) if isinstance(item, dict) else n
-                    out = {"id": line_id, "error": f"{args.queries}:{n}: {exc}"}
-                print(json.dumps(out, ensure_ascii=False), flush=True)
-        return 1 if failed else 0
-    if not args.query:
-        return _err("give a QUERY (or --queries FILE.jsonl)")
-    data = run(args.query, args.scope)
-    if args.json:
-        print(json.dumps(data, ensure_ascii=False))
-        return 0
-    from rich.console import Console
-
-    _print_lookup(data, args.agent, Console(soft_wrap=True))
-    return 0
-
-
-def _print_lookup(data: dict[str, Any], agent: bool, console: Any) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    if agent:
-        console.print(
-            f"evidence_status {data['evidence_status']}, relevance {data['relevance_level']}, "
-            f"truncated {data['truncated']}",
-            highlight=False,
-        )
-        for e in data["evidence"]:
-            weak = " weak" if e.get("weak") else ""
-            console.print(
-                f"- {e['evidence_key']} ({e['quality_score']:.2f}{weak}) {e['breadcrumb']}",
-                highlight=False,
-                markup=False,
-            )
-        return
-    trace = data["retrievalTrace"]
-    level = data["relevanceLevel"] or "none"
-    console.print(f"query: {data['query']}", highlight=False, markup=False)
-    console.print(
-        f"level {level} — attempt {trace['selectedAttempt']}"
-        + (f" (fallback: {trace['fallbackReason']})" if trace["fallbackReason"] else "")
-        + (f" — L0 category {trace['l0']['categoryFilter']}" if trace["l0"]["categoryFilter"] else ""),
-        highlight=False,
-    )
-    _print_gate(trace, console)
-    if not data["found"]:
-        console.print(data["message"], highlight=False, markup=False)
-        return
-    table = Table()
-    for col in ("rank", "doc", "breadcrumb", "section", "quality", "hit reasons"):
-        table.add_column(col)
-    for e in data["evidence"]:
-        table.add_row(
-            *(
-                Text(c)
-                for c in (
-                    str(e["originalRank"]),
-                    e["evidenceKey"],
-                    e["breadcrumb"],
-                    e["headingPath"],
-                    f"{e['qualityScore']:.2f}" + (" weak" if e.get("weak") else ""),
-                    ", ".join(e["hitReasons"]),
-                )
-            )
-        )
-    console.print(table)
-    if all(e.get("weak") for e in data["evidence"]):
-        console.print("all evidence is weak (below the reference threshold): corroborate before acting")
-
-
-def _print_gate(trace: dict[str, Any], console: Any) -> None:
-    """The gate's decision in words, with the signals and thresholds it came from."""
-    gate = trace.get("gate")
-    if not gate:
-        return
-    line = f"gate: {gate['decision']}"
-    if gate.get("topEvidenceKey"):
-        signals = ", ".join(f"{k} {v:.2f}" for k, v in gate["topSignals"].items())
-        line += (
-            f" — best {gate['topEvidenceKey']} ({signals}) quality {gate['topQuality']:.2f};"
-            f" floor {gate['floor']:.2f}, reference {gate['reference']:.2f}, precise {gate['precise']:.2f}"
-        )
-    console.print(line, highlight=False)
-    for scope, label in trace.get("calibrations", {}).items():
-        console.print(f"  calibration for scope {scope}: {label}", highlight=False, markup=False)
-
-
 def _eval(args: argparse.Namespace, settings: Any) -> int:
     from pathlib import Path
 
@@ -782,7 +629,7 @@ def _serve_flows(args: argparse.Namespace, settings: Any) -> int:
     try:
         schedules = parse_reindex_specs(args.reindex)
     except ScheduleSpecError as exc:
-        return _err(str(exc))
+        return say_error(str(exc))
     if args.dry_run:
         from flows.schedules import reindex_deployments_summary
 

@@ -10,6 +10,7 @@ it in one line.
 from __future__ import annotations
 
 import logging
+import sys
 
 LOCK_LOGGER = "milvus_lite.server_manager"
 
@@ -53,3 +54,9 @@ def store_unavailable_message(exc: BaseException, uri: str) -> str:
         "finish or stop it, run `kbflow serve` to own the file (other kbflow commands on this "
         "home then go through it), or set KBFLOW_MILVUS_URI to a Milvus server."
     )
+
+
+def say_error(message: str) -> int:
+    """One line on stderr; exit code 2 (the command could not run)."""
+    print(f"kbflow: error: {message}", file=sys.stderr)
+    return 2
