@@ -381,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ingest.locks import ScopeLocked
     from ingest.sources import RootError
     from kbcore.milvus_store import StoreUnavailable
+    from kbcore.onnx_backend import BackendUnavailable
     from kbcore.schema import SchemaOutdated
     from kbcore.validation import InvalidValue
     from retrieval.pipeline import IndexMissing, LookupError_
@@ -431,6 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         BaselineError,
         ScopeLocked,
         SchemaOutdated,
+        BackendUnavailable,
     ) as exc:
         return say_error(str(exc))
 

@@ -91,7 +91,8 @@ class Embedder:
         else:
             if device not in ("", "cpu"):
                 raise BackendUnavailable(
-                    f"embedding_backend={backend} runs on the CPU; device {device!r} needs torch"
+                    f"embedding_backend={backend} runs on the CPU; device {device!r} needs "
+                    "KBFLOW_EMBEDDING_BACKEND=torch"
                 )
             root = cache_root if cache_root is not None else Path(".kbflow") / "models"
             self.device = "cpu"

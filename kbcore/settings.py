@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kbcore.validation import validate_scope
@@ -133,6 +133,19 @@ class Settings(BaseSettings):
     max_excerpt_chars: int = Field(1200, ge=1)
     max_evidence: int = Field(8, ge=1)
     max_projection_bytes: int = Field(16 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _backend_fits_device(self) -> Settings:
+        """ONNX backends run on the CPU: a GPU device with no backend chosen means torch."""
+        if self.embedding_device in ("", "cpu") or self.embedding_backend == "torch":
+            return self
+        if "embedding_backend" in self.model_fields_set:
+            raise ValueError(
+                f"embedding_backend {self.embedding_backend} runs on the CPU; embedding_device "
+                f"{self.embedding_device!r} needs embedding_backend torch"
+            )
+        self.embedding_backend = "torch"
+        return self
 
     @field_validator("default_scope")
     @classmethod

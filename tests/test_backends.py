@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from ingest.reindex import pipeline_hash, reindex
@@ -43,6 +45,13 @@ def test_model_ids_name_the_backend_and_round_trip():
             assert split_model_id(model_id_for(model, backend)) == (model, backend)
     torch_settings = Settings(home="h")
     assert pipeline_hash(torch_settings) != pipeline_hash(Settings(home="h", embedding_backend="onnx-int8"))
+
+
+def test_a_gpu_device_means_torch_unless_an_onnx_backend_is_asked_for():
+    assert Settings(home="h", embedding_device="cuda").embedding_backend == "torch"
+    with pytest.raises(ValidationError, match="runs on the CPU"):
+        Settings(home="h", embedding_device="cuda", embedding_backend="onnx")
+    assert Settings(home="h").embedding_backend == "onnx"
 
 
 def test_switching_backend_asks_for_full_and_never_mixes_the_cache(tmp_path):
