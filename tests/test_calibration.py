@@ -95,3 +95,32 @@ def test_resolution_order_and_settings_override(tmp_path):
     assert (cal.floor, cal.reference, cal.precise) == (0.05, 0.6, own.precise)
     assert "from settings" in cal.source
     assert [(m, s) for m, s, _, _ in calibration.stored_list(sql)] == [("my/model", "*"), ("my/model", "ops")]
+
+
+def test_a_running_retriever_sees_a_new_calibration_and_a_rebuilt_scope(tmp_path):
+    """The retriever checks a scope once and reuses that while the scope's row and the stored
+    calibrations stay as they were; a calibration stored by another command, or a rebuild,
+    takes effect on the next lookup without a restart."""
+    from ingest.reindex import reindex
+    from retrieval.lookup import get_retriever
+    from tests.conftest import write_doc
+
+    docs = tmp_path / "docs"
+    body = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing.\n"
+    write_doc(docs, "k.md", source="kafka-lag", scope="ops", breadcrumb="Message Queue > Kafka", body=body)
+    settings = Settings(home=tmp_path / "home")
+    assert reindex([docs], settings=settings).ok
+    retriever = get_retriever(settings)
+    query = "kafka consumer group lag keeps growing"
+    assert retriever.lookup(query, kb_scope="ops").found
+    model_id = retriever.targets("ops")[0].model_id
+    strict = Calibration(floor=0.999, reference=0.9995, precise=0.9999, model_id=model_id, kb_scope="ops")
+    calibration.store(open_stores(settings).sql, strict, {})
+    assert not retriever.lookup(query, kb_scope="ops").found  # the new floor applies at once
+
+    before = retriever.targets("ops")[0]
+    assert reindex([docs], full=True, settings=settings).ok
+    calibration.store(open_stores(settings).sql, Calibration(model_id=model_id, kb_scope="ops"), {})
+    result = retriever.lookup(query, kb_scope="ops")
+    assert result.found and result.evidence[0].doc_id == "kafka-lag"  # served from the new collection
+    assert retriever.targets("ops")[0] == before  # the same alias and model after the swap
