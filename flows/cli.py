@@ -145,7 +145,8 @@ def _lookup_parser(sub: Any) -> None:
         description="Run lookup_knowledge: L0 navigation, hybrid (or dense) search, quality gate, one "
         "fallback, context pack, audit. Prints a table, or JSON with --json (the LookupResult; the "
         'agent\'s RagToolResult with --agent). With --queries FILE.jsonl (lines {"id":…, "query":…, '
-        '"kb_scope":…}) prints one JSON line {"id", "result"} per query.',
+        '"kb_scope":…}) prints one JSON line {"id", "result"} per query. When a `kbflow serve` runs on '
+        "the home, the lookup is sent to it (its settings; no model load, well under a second).",
     )
     p.add_argument("query", nargs="?", help="the symptom, error message or question")
     p.add_argument("--scope", help="kb_scope to search (default: all scopes)")
@@ -278,10 +279,13 @@ def _serve_parser(sub: Any) -> None:
         description="POST /v1/lookup {query, kb_scope, mode, agent}; GET /v1/scopes; GET /healthz. API keys "
         'from KBFLOW_API_KEYS (\'{"key": ["scope"]}\') or KBFLOW_API_KEYS_FILE; without keys the service is '
         "open and binds loopback only. With the embedded store it serves the Milvus Lite file to other "
-        "kbflow commands through an endpoint announced in <home>/serve.json.",
+        "kbflow commands through a token-guarded endpoint announced in <home>/serve.json (mode 0600); "
+        "`kbflow lookup` on the same home is sent here and loads no model. KBFLOW_SERVE_WORKERS lookups "
+        "run at once (default one per core) and KBFLOW_SERVE_QUEUE (16) wait; more get 503 with "
+        "Retry-After at once. Bodies over 64 KB get 413.",
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     _common(p)
 
 
