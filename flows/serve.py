@@ -101,7 +101,6 @@ def write_private(path: Path, data: dict) -> None:
 def _own_lite_file(settings: Settings) -> tuple[Settings, dict, Callable[[], None]]:
     """Start the token-guarded Milvus Lite server for the home's file: (settings that reach it,
     what to announce about it, how to stop it). RuntimeError says why it could not start."""
-    settings.ensure_home()
     token = secrets.token_urlsafe(32)
     child, milvus_uri = start_milvus_lite_server(settings.resolved_milvus_uri, token)
 
@@ -149,6 +148,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
             file=sys.stderr,
         )
         return 2
+    settings.ensure_home()  # the Lite file and serve.json live there
     cleanups: list[Callable[[], None]] = []
     note: dict = {}
     if owns_file:
@@ -162,7 +162,6 @@ def serve(settings: Settings, host: str, port: int) -> int:
     local_key = secrets.token_urlsafe(32)
     if holder is None:
         announcement = settings.home / ENDPOINT_FILE
-        settings.ensure_home()
         write_private(
             announcement,
             {

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
-from kbcore.onnx_backend import BACKENDS, BackendUnavailable, OnnxEncoder, ensure_export
+from kbcore.onnx_backend import BACKENDS, BackendUnavailable, OnnxEncoder, ensure_export, sentence_dim
 from kbcore.sql import EmbeddingCacheRow, SqlStore
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -112,12 +112,7 @@ class Embedder:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = device
         self._model = SentenceTransformer(path, device=device)
-        dim = (
-            self._model.get_embedding_dimension()
-            if hasattr(self._model, "get_embedding_dimension")
-            else self._model.get_sentence_embedding_dimension()
-        )
-        self.dim = int(dim)
+        self.dim = sentence_dim(self._model)
 
     def prepare(self, threads: int = 0) -> None:
         """Finish loading for `threads` (an ONNX session per thread count) before timing starts."""

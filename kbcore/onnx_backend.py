@@ -56,22 +56,28 @@ def _pooling(st) -> tuple[str, bool]:
     return mode, "Normalize" in names
 
 
-def export(model_path: str, target: Path, backend: str) -> None:
-    """Export `model_path` for `backend` into `target` (atomically: a reader never sees half)."""
-    import torch
-    from sentence_transformers import SentenceTransformer
+def sentence_dim(st) -> int:
+    """A SentenceTransformer's output size (the method was renamed in sentence-transformers 5)."""
+    get = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+    return int(get())
+
+
+def _eager_copy(st):
+    """The model's transformer reloaded with eager attention: it exports as plain MatMul/Softmax
+    that onnxruntime fuses, where the SDPA path exports a Where/IsNaN mask that took a third of
+    the run time."""
     from transformers import AutoModel
 
-    st = SentenceTransformer(model_path, device="cpu")
-    mode, normalize = _pooling(st)
     transformer = st[0]
     source = getattr(transformer, "auto_model", None) or transformer.model
     with tempfile.TemporaryDirectory() as weights:
         source.save_pretrained(weights)
-        # eager attention exports as plain MatMul/Softmax that onnxruntime fuses; the SDPA path
-        # exports a Where/IsNaN mask that took a third of the run time
-        model = AutoModel.from_pretrained(weights, attn_implementation="eager").eval()
-    takes_types = "token_type_ids" in st.tokenizer.model_input_names
+        return AutoModel.from_pretrained(weights, attn_implementation="eager").eval()
+
+
+def _write_graph(model, names: list[str], path: Path) -> None:
+    """The transformer's last hidden state as an ONNX graph with dynamic batch and length."""
+    import torch
 
     class Hidden(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
@@ -82,34 +88,45 @@ def export(model_path: str, target: Path, backend: str) -> None:
             kw = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
             return self.inner(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
 
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
     dummy = tuple(torch.ones(2, 8, dtype=torch.long) for _ in names)
+    with torch.no_grad():
+        torch.onnx.export(
+            Hidden(model),
+            dummy,
+            str(path),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]},
+            opset_version=17,
+            dynamo=False,
+        )
+
+
+def _quantize(path: Path) -> None:
+    """Dynamic int8 of the MatMul weights, per channel, in place."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out = path.with_suffix(".int8.onnx")
+    quantize_dynamic(
+        str(path), str(out), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"]
+    )
+    os.replace(out, path)
+
+
+def export(model_path: str, target: Path, backend: str) -> None:
+    """Export `model_path` for `backend` into `target` (atomically: a reader never sees half)."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(model_path, device="cpu")
+    mode, normalize = _pooling(st)
+    takes_types = "token_type_ids" in st.tokenizer.model_input_names
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".export-"))
     try:
-        fp32 = tmp / "model.onnx"
-        with torch.no_grad():
-            torch.onnx.export(
-                Hidden(model),
-                dummy,
-                str(fp32),
-                input_names=names,
-                output_names=["last_hidden_state"],
-                dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]},
-                opset_version=17,
-                dynamo=False,
-            )
+        _write_graph(_eager_copy(st), names, tmp / "model.onnx")
         if backend == "onnx-int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            quantize_dynamic(
-                str(fp32),
-                str(tmp / "model.int8.onnx"),
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                op_types_to_quantize=["MatMul"],
-            )
-            os.replace(tmp / "model.int8.onnx", fp32)
+            _quantize(tmp / "model.onnx")
         st.tokenizer.save_pretrained(str(tmp))
         meta = {
             "source": model_path,
@@ -118,11 +135,7 @@ def export(model_path: str, target: Path, backend: str) -> None:
             "pooling": mode,
             "normalize": normalize,
             "max_seq_length": int(st.max_seq_length),
-            "dim": int(
-                st.get_embedding_dimension()
-                if hasattr(st, "get_embedding_dimension")
-                else st.get_sentence_embedding_dimension()
-            ),
+            "dim": sentence_dim(st),
             "inputs": names,
             "pad_id": int(st.tokenizer.pad_token_id or 0),
             "pad_token": str(st.tokenizer.pad_token or "[PAD]"),

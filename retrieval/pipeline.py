@@ -164,6 +164,36 @@ class Retriever:
             LexicalConfig.parse(r.analysis),
         )
 
+    def _embed_query(
+        self, query: str, targets: list[ScopeTarget], timer: _Timer, t: float
+    ) -> tuple[dict[str, np.ndarray], float]:
+        """The query's vector for each model the scopes were indexed with. Loading a model (its
+        first use in this process) is timed as its own stage, never as embedding."""
+        threads = query_threads(self.settings)
+        embedders = {model_id: self._embedder(model_id) for model_id in {tg.model_id for tg in targets}}
+        for embedder in embedders.values():
+            embedder.prepare(threads)
+        if time.perf_counter() - t > 0.05:
+            t = timer.stage("model_load", t)
+        vectors = {model_id: e.encode([query], threads)[0] for model_id, e in embedders.items()}
+        return vectors, timer.stage("embed", t)
+
+    def _search(
+        self,
+        targets: list[ScopeTarget],
+        query: str,
+        vectors: dict[str, np.ndarray],
+        spec: SearchSpec,
+        category: str | None,
+    ) -> list:
+        if not targets:
+            return []
+        try:
+            return search_attempt(self.stores.milvus, targets, query, vectors, spec, category)
+        except Exception:  # e.g. a collection dropped behind kbflow's back: check again next time
+            self._checked.clear()
+            raise
+
     def lookup(
         self, query: str, *, kb_scope: str | None = None, mode: str | None = None, depth: int | None = None
     ) -> LookupResult:
@@ -191,15 +221,7 @@ class Retriever:
         with self.stores.sql.session() as session:
             nav = navigate(session, query, [tg.kb_scope for tg in targets])
         t = timer.stage("l0", t)
-        vectors: dict[str, np.ndarray] = {}
-        embedders = {model_id: self._embedder(model_id) for model_id in {tg.model_id for tg in targets}}
-        for embedder in embedders.values():
-            embedder.prepare(query_threads(s))
-        if time.perf_counter() - t > 0.05:  # a model was loaded: its own stage, not embedding time
-            t = timer.stage("model_load", t)
-        for model_id, embedder in embedders.items():
-            vectors[model_id] = embedder.encode([query], query_threads(s))[0]
-        t = timer.stage("embed", t)
+        vectors, t = self._embed_query(query, targets, timer, t)
 
         cfg = _postprocess_config(s)
         spec = SearchSpec(
@@ -217,15 +239,7 @@ class Retriever:
 
         def attempt(name: str, category: str | None) -> tuple[Processed, AttemptTrace]:
             started = time.perf_counter()
-            try:
-                hits = (
-                    search_attempt(self.stores.milvus, targets, query, vectors, spec, category)
-                    if targets
-                    else []
-                )
-            except Exception:  # e.g. a collection dropped behind kbflow's back: check again next time
-                self._checked.clear()
-                raise
+            hits = self._search(targets, query, vectors, spec, category)
             st = timer.stage("search", started)
             hits = attach_l0_reasons(score_hits(hits, query, cals), nav)
             processed = postprocess(hits, cfg, cals)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +77,31 @@ OPS_FIXES = {
     1: "Raise maxmemory, then restart the consumer or the pool (runbook revision one).",
     2: "Scale out the instance and alert the owning team first (runbook revision two).",
 }
+
+
+def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+    """The installed `kbflow` command on `home`, as a user runs it."""
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
+    exe = Path(sys.executable).with_name("kbflow")
+    return subprocess.run(
+        [str(exe), *args, "--home", str(home)], capture_output=True, text=True, env=env, cwd=REPO, timeout=300
+    )
+
+
+def wait_until_healthy(base: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Until a started `kbflow serve` answers /healthz; fails with its stderr if it exits."""
+    import httpx
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "service did not come up"
+        time.sleep(0.5)
 
 
 def write_ops_corpus(docs: Path, revision: int) -> None:

@@ -21,7 +21,7 @@ from ingest.reindex import reindex
 from kbcore import milvus_store as ms
 from kbcore.sql import DocumentRow, L0EntryRow, L0TermRow
 from kbcore.validation import eq
-from tests.conftest import REPO, write_doc
+from tests.conftest import REPO, run_cli, write_doc
 
 POOL = """\
 # MySQL connection pool exhausted
@@ -305,14 +305,6 @@ def test_serve_flows_dry_run_lists_reindex_deployments(tmp_path, capsys, setting
 
 
 # --- another process holds the Milvus Lite file -------------------------------------------------
-
-
-def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
-    exe = Path(sys.executable).with_name("kbflow")
-    return subprocess.run(
-        [str(exe), *args, "--home", str(home)], capture_output=True, text=True, env=env, cwd=REPO, timeout=300
-    )
 
 
 def test_held_lite_file_gives_one_line_naming_the_holder(tmp_path):

@@ -18,7 +18,7 @@ from flows.serve import free_port
 from ingest.reindex import reindex
 from kbcore.settings import Settings
 from retrieval.service import check_bind, create_app
-from tests.conftest import REPO, write_doc
+from tests.conftest import REPO, wait_until_healthy, write_doc
 
 BODY = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"
 
@@ -135,16 +135,7 @@ def test_serve_owns_the_embedded_store_and_answers_through_a_full_reindex(tmp_pa
     server = _kbflow("serve", "--port", str(port), home=home)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None, server.stderr.read()
-            assert time.time() < deadline, "service did not come up"
-            time.sleep(0.5)
+        wait_until_healthy(base, server)
         assert json.loads((home / "serve.json").read_text())["milvus_uri"].startswith("http://127.0.0.1:")
         assert _readme_curl(port)["evidence_status"] == "FOUND"  # the README's example, as written
         form = httpx.post(f"{base}/v1/lookup", content=b"query=kafka", headers={"Content-Type": "text/plain"})

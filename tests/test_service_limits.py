@@ -19,7 +19,7 @@ import pytest
 
 from flows.serve import free_port
 from retrieval.service import Admission, Overloaded
-from tests.conftest import REPO, write_doc
+from tests.conftest import REPO, run_cli, wait_until_healthy, write_doc
 
 KAFKA = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"
 QUERY = {"query": "kafka consumer group lag keeps growing", "kb_scope": "ops"}
@@ -63,14 +63,11 @@ def service(tmp_path_factory):
         "KBFLOW_SERVE_QUEUE": "1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
-    kbflow = str(Path(sys.executable).with_name("kbflow"))
     # seeded by another process, which then lets go of the file (this one keeps Milvus Lite open)
-    seed = subprocess.run(
-        [kbflow, "reindex", str(tmp / "docs")], cwd=REPO, env=env, capture_output=True, text=True
-    )
+    seed = run_cli("reindex", str(tmp / "docs"), home=home)
     assert seed.returncode == 0, seed.stderr
     proc = subprocess.Popen(
-        [kbflow, "serve", "--port", str(port)],
+        [str(Path(sys.executable).with_name("kbflow")), "serve", "--port", str(port)],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -78,24 +75,15 @@ def service(tmp_path_factory):
         text=True,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.time() < deadline, "service did not come up"
-        time.sleep(0.5)
-    yield base, home, env
+    wait_until_healthy(base, proc)
+    yield base, home
     proc.terminate()
     proc.wait(30)
     assert not (home / "serve.json").exists()
 
 
 def test_overload_is_answered_at_once_with_503_and_retry_after(service):
-    base, _, _ = service
+    base, _ = service
     barrier = threading.Barrier(24)
     results: list[tuple[int, float, str | None]] = []
 
@@ -120,7 +108,7 @@ def test_overload_is_answered_at_once_with_503_and_retry_after(service):
 
 
 def test_abuse_over_real_http_gets_4xx_never_500_nor_an_echo(service):
-    base, _, _ = service
+    base, _ = service
     key = {"X-API-Key": "k-ops"}
     huge = b'{"query": "' + b"x" * (200 * 1024) + b'"}'
     big = httpx.post(f"{base}/v1/lookup", content=huge, headers=key, timeout=30)
@@ -140,7 +128,7 @@ def test_abuse_over_real_http_gets_4xx_never_500_nor_an_echo(service):
 def test_the_milvus_child_answers_only_with_the_token_from_a_private_note(service):
     from pymilvus import MilvusClient
 
-    _, home, _ = service
+    _, home = service
     note_path = home / "serve.json"
     assert stat.S_IMODE(note_path.stat().st_mode) == 0o600
     note = json.loads(note_path.read_text())
@@ -152,27 +140,12 @@ def test_the_milvus_child_answers_only_with_the_token_from_a_private_note(servic
 
 
 def test_kbflow_lookup_goes_through_the_running_service(service):
-    _, _, env = service
-    kbflow = str(Path(sys.executable).with_name("kbflow"))
-    out = subprocess.run(
-        [kbflow, "lookup", "kafka consumer group lag", "--scope", "ops", "--json"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    _, home = service
+    out = run_cli("lookup", "kafka consumer group lag", "--scope", "ops", "--json", home=home)
     assert out.returncode == 0, out.stderr
     assert "through kbflow serve" in out.stderr and "loading the embedding model" not in out.stderr
     data = json.loads(out.stdout)
     assert data["found"] and data["evidence"][0]["docId"] == "kafka-lag"
     assert "model_load" not in data["retrievalTrace"]["timingsMs"]
-    bad = subprocess.run(
-        [kbflow, "lookup", "kafka", "--scope", "no such scope!"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = run_cli("lookup", "kafka", "--scope", "no such scope!", home=home)
     assert bad.returncode == 2 and "kb_scope" in bad.stderr and "Traceback" not in bad.stderr
