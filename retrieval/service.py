@@ -177,6 +177,30 @@ def answer(
     return project_for_agent(result, settings).to_json() if body.agent else result.to_json()
 
 
+def _lifespan(settings: Settings) -> Any:
+    """Models and stores load once, before the first request; the lookup pool closes last."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        retriever = get_retriever(settings)
+        retriever.warm_up()
+        app.state.retriever = retriever
+        app.state.admission = Admission(settings.serve_workers or (os.cpu_count() or 1), settings.serve_queue)
+        yield
+        app.state.admission.close()
+
+    return lifespan
+
+
+async def _overloaded(request: Request, exc: Exception) -> JSONResponse:
+    a = request.app.state.admission
+    return JSONResponse(
+        status_code=503,
+        content={"detail": f"busy: {a.workers} lookups running and {a.queue} waiting; retry shortly"},
+        headers={"Retry-After": "1"},
+    )
+
+
 def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
     """`local_key` reads every scope: `kbflow serve` announces it, in a file only its owner can
     read, to kbflow commands on the same home."""
@@ -185,25 +209,8 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
     if local_key:
         keys = {**keys, local_key: {"*"}}
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        retriever = get_retriever(settings)
-        retriever.warm_up()  # load the models before the first request
-        app.state.retriever = retriever
-        app.state.admission = Admission(settings.serve_workers or (os.cpu_count() or 1), settings.serve_queue)
-        yield
-        app.state.admission.close()
-
-    app = FastAPI(title="kbflow lookup", version="1", lifespan=lifespan)
-
-    @app.exception_handler(Overloaded)
-    async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
-        a = app.state.admission
-        return JSONResponse(
-            status_code=503,
-            content={"detail": f"busy: {a.workers} lookups running and {a.queue} waiting; retry shortly"},
-            headers={"Retry-After": "1"},
-        )
+    app = FastAPI(title="kbflow lookup", version="1", lifespan=_lifespan(settings))
+    app.add_exception_handler(Overloaded, _overloaded)
 
     def allowed_scopes(request: Request) -> set[str] | None:
         """None = every scope (open service or a '*' key)."""
