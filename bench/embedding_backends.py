@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ingest import chunk_texts, make_corpus  # noqa: E402
 from bench.quality_ablation import cacm_row, golden_row  # noqa: E402
-from kbcore.embedder import Embedder  # noqa: E402
-from kbcore.settings import Settings  # noqa: E402
+from kbflow.core.embedder import Embedder  # noqa: E402
+from kbflow.core.settings import Settings  # noqa: E402
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 QUERIES = [

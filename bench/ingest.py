@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ingest.chunking import chunk_markdown  # noqa: E402
-from ingest.parsing import parse_document, read_text  # noqa: E402
-from ingest.reindex import reindex  # noqa: E402
-from ingest.sources import discover  # noqa: E402
-from kbcore.embedder import get_embedder  # noqa: E402
-from kbcore.settings import Settings  # noqa: E402
-from kbcore.stores import close_all, ingest_threads, open_stores  # noqa: E402
+from kbflow.core.embedder import get_embedder  # noqa: E402
+from kbflow.core.settings import Settings  # noqa: E402
+from kbflow.core.stores import close_all, ingest_threads, open_stores  # noqa: E402
+from kbflow.ingest.chunking import chunk_markdown  # noqa: E402
+from kbflow.ingest.parsing import parse_document, read_text  # noqa: E402
+from kbflow.ingest.reindex import reindex  # noqa: E402
+from kbflow.ingest.sources import discover  # noqa: E402
 
 VOCAB = (
     "pool connection timeout replica lag queue consumer partition broker offset cache eviction "

@@ -38,13 +38,13 @@ from pymilvus import AnnSearchRequest, RRFRanker  # noqa: E402
 
 from bench.ingest import VOCAB  # noqa: E402
 from bench.ingest import make_corpus as make_ingest_corpus  # noqa: E402
-from ingest.reindex import reindex  # noqa: E402
-from kbcore import milvus_store as ms  # noqa: E402
-from kbcore.settings import Settings  # noqa: E402
-from kbcore.stores import close_all, open_stores, query_threads  # noqa: E402
-from kbcore.validation import eq  # noqa: E402
-from retrieval.lookup import get_retriever  # noqa: E402
-from retrieval.search import OUTPUT_FIELDS  # noqa: E402
+from kbflow.core import milvus_store as ms  # noqa: E402
+from kbflow.core.settings import Settings  # noqa: E402
+from kbflow.core.stores import close_all, open_stores, query_threads  # noqa: E402
+from kbflow.core.validation import eq  # noqa: E402
+from kbflow.ingest.reindex import reindex  # noqa: E402
+from kbflow.retrieval.lookup import get_retriever  # noqa: E402
+from kbflow.retrieval.search import OUTPUT_FIELDS  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -82,7 +82,7 @@ def busy_reindex(work: Path, threads: int, name: str) -> subprocess.Popen:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "HF_HUB_OFFLINE": "1",
     }
-    cmd = [sys.executable, "-m", "flows.cli", "reindex", str(root)]
+    cmd = [sys.executable, "-m", "kbflow.flows.cli", "reindex", str(root)]
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )

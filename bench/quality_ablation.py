@@ -84,7 +84,7 @@ def kbflow(args: list[str], env: dict[str, str]) -> dict:
         **settings_env,
     }
     out = subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args, "--json"],
+        [sys.executable, "-m", "kbflow.flows.cli", *args, "--json"],
         cwd=REPO,
         env=full_env,
         capture_output=True,

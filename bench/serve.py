@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ingest import VOCAB  # noqa: E402
 from bench.lookup import make_corpus, pct  # noqa: E402
-from flows.serve import free_port  # noqa: E402
-from kbcore.settings import Settings  # noqa: E402
-from kbcore.stores import close_all  # noqa: E402
-from retrieval.lookup import get_retriever  # noqa: E402
+from kbflow.core.settings import Settings  # noqa: E402
+from kbflow.core.stores import close_all  # noqa: E402
+from kbflow.flows.serve import free_port  # noqa: E402
+from kbflow.retrieval.lookup import get_retriever  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,7 +65,7 @@ def start_service(home: Path, port: int, workers: int) -> subprocess.Popen:
     if workers:
         env["KBFLOW_SERVE_WORKERS"] = str(workers)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "kbflow.flows.cli", "serve", "--port", str(port)],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -155,7 +155,7 @@ def main() -> int:
     env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     # another process builds the index and lets go of the file: the service must own it
     built = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "reindex", str(root), "--json"],
+        [sys.executable, "-m", "kbflow.flows.cli", "reindex", str(root), "--json"],
         cwd=REPO,
         env=env,
         capture_output=True,

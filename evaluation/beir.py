@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from evaluation import ir
-from evaluation.cases import CaseFileError
-from kbcore.settings import Settings
+from kbflow.core.settings import Settings
+from kbflow.evaluation import ir
+from kbflow.evaluation.cases import CaseFileError
 
 FILTERED = "FILTERED_VECTOR"
 RETRY = "UNFILTERED_VECTOR_RETRY"
@@ -147,7 +147,7 @@ def ingest_beir(
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """Reindex the corpus into `scope` under <home>/beir/<scope>; failed documents are listed in
     summary["failed_documents"] with their original ids, the rest stay indexed."""
-    from ingest.reindex import reindex
+    from kbflow.ingest.reindex import reindex
 
     corpus = corpus if corpus is not None else load_beir(root)[0]
     out = settings.home / "beir" / scope
@@ -168,7 +168,7 @@ def run_lookups(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from retrieval.lookup import lookup_knowledge
+    from kbflow.retrieval.lookup import lookup_knowledge
 
     console = Console(stderr=True)
     columns = (TextColumn(progress_label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.gate import FEATURES, Calibration
+from kbflow.retrieval.gate import FEATURES, Calibration
 
 MAX_FALSE_NO_EVIDENCE = 0.02
 TOP_HITS = 5  # candidates per query that the model is fitted on

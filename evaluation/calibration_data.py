@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluation.calibrate import CalibrationResult, LabelledQuery
-from kbcore.settings import Settings
-from retrieval.contracts import LookupResult
-from retrieval.gate import Calibration
+from kbflow.core.settings import Settings
+from kbflow.evaluation.calibrate import CalibrationResult, LabelledQuery
+from kbflow.retrieval.contracts import LookupResult
+from kbflow.retrieval.gate import Calibration
 
 
 def _selected_hits(result: LookupResult) -> list:
@@ -24,9 +24,9 @@ def _selected_hits(result: LookupResult) -> list:
 
 def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
     """The golden cases of scopes whose quality comes from the dense model (not lexical)."""
-    from evaluation.cases import load_cases
-    from evaluation.runner import EVAL_ROOT, seed_scopes
-    from retrieval.lookup import lookup_knowledge
+    from kbflow.evaluation.cases import load_cases
+    from kbflow.evaluation.runner import EVAL_ROOT, seed_scopes
+    from kbflow.retrieval.lookup import lookup_knowledge
 
     cases = load_cases(EVAL_ROOT / "cases" / "golden-cases.json")
     seed_scopes(settings, sorted({c.kb_scope for c in cases}))
@@ -52,7 +52,7 @@ def beir_queries(
     negatives: dict[str, tuple[str, str]],
 ) -> list[LabelledQuery]:
     """A BEIR dataset's judged queries (answerable) plus negatives, through the real lookup."""
-    from evaluation.beir import ingest_beir, load_beir, run_lookups
+    from kbflow.evaluation.beir import ingest_beir, load_beir, run_lookups
 
     mapping, _summary = ingest_beir(root, scope, settings)
     _corpus, queries, qrels = load_beir(root)
@@ -116,7 +116,7 @@ def write_chart(result: CalibrationResult, queries: Sequence[LabelledQuery], pat
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from evaluation.calibrate import query_score
+    from kbflow.evaluation.calibrate import query_score
 
     cal = result.calibration
     colours = {"answerable": "tab:green", "near": "tab:orange", "off": "tab:red"}
@@ -167,7 +167,7 @@ def collect(args: Any, settings: Settings, depth: int) -> tuple[list[LabelledQue
         queries += golden_queries(settings, depth)
         sources.append("the golden cases")
     if args.beir:
-        from evaluation.beir import load_negatives, negatives_from
+        from kbflow.evaluation.beir import load_negatives, negatives_from
 
         negatives: dict[str, tuple[str, str]] = {}
         if args.negatives:
@@ -184,10 +184,10 @@ def calibrate_command(args: Any, settings: Settings) -> int:
     """`kbflow eval calibrate`: exit 0 when the objective is met, 1 when it cannot be, 2 on bad input."""
     import json
 
-    from evaluation.calibrate import calibrate
-    from kbcore.embedder import model_id_for
-    from kbcore.stores import keep_home_backend, open_stores
-    from retrieval import calibration
+    from kbflow.core.embedder import model_id_for
+    from kbflow.core.stores import keep_home_backend, open_stores
+    from kbflow.evaluation.calibrate import calibrate
+    from kbflow.retrieval import calibration
 
     if not (args.golden or args.beir):
         print("kbflow: error: give --golden, --beir DIR --scope S, or both", file=sys.stderr)

@@ -14,12 +14,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kbcore.validation import validate_scope
+from kbflow.core.errors import InputError
+from kbflow.core.validation import validate_scope
 
 CASES_SCHEMA = "kbflow.golden-cases/1"
 
 
-class CaseFileError(ValueError):
+class CaseFileError(InputError, ValueError):
     """A cases or fixture file is malformed; the message names the file, the case and the field."""
 
 

@@ -94,13 +94,13 @@ def write_trec(run: Run, path: Path) -> Path:
 def load_trec(path: Path, name: str | None = None) -> Run:
     """A run file from an earlier configuration; named after the path as given unless told."""
     if not path.is_file():
-        from evaluation.cases import CaseFileError
+        from kbflow.evaluation.cases import CaseFileError
 
         raise CaseFileError(f"{path}: run file not found")
     try:
         run = Run.from_file(str(path), kind="trec")
     except Exception as exc:  # ranx raises bare ValueError/IndexError on a malformed line
-        from evaluation.cases import CaseFileError
+        from kbflow.evaluation.cases import CaseFileError
 
         raise CaseFileError(f"{path}: not a TREC run file: {exc}") from exc
     run.name = name or str(path)

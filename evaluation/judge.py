@@ -6,8 +6,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evaluation.cases import GoldenCase
-from retrieval.contracts import LookupResult, RagToolResult
+from kbflow.evaluation.cases import GoldenCase
+from kbflow.retrieval.contracts import LookupResult, RagToolResult
 
 
 @dataclass

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evaluation.cases import GoldenCase
-from evaluation.judge import CaseOutcome
-from evaluation.metrics import aggregate, fallback_precision_recall
+from kbflow.core.errors import InputError
+from kbflow.evaluation.cases import GoldenCase
+from kbflow.evaluation.judge import CaseOutcome
+from kbflow.evaluation.metrics import aggregate, fallback_precision_recall
 
 REPORT_SCHEMA = "kbflow.eval-report/2"
 DIFF_SCHEMA = "kbflow.eval-diff/1"
@@ -45,7 +46,7 @@ LOWER_IS_BETTER = {
 TOLERANCE = 0.01
 
 
-class BaselineError(ValueError):
+class BaselineError(InputError, ValueError):
     """The baseline cannot be compared (missing, malformed, older schema)."""
 
 

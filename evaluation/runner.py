@@ -10,12 +10,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evaluation.cases import CaseFileError, GoldenCase
-from evaluation.judge import CaseOutcome, judge
-from evaluation.report import build_report
-from kbcore.settings import Settings
-from retrieval.contracts import Hit, LookupResult
-from retrieval.projection import ProjectionLimits, project_for_agent
+from kbflow.core.settings import Settings
+from kbflow.evaluation.cases import CaseFileError, GoldenCase
+from kbflow.evaluation.judge import CaseOutcome, judge
+from kbflow.evaluation.report import build_report
+from kbflow.retrieval.contracts import Hit, LookupResult
+from kbflow.retrieval.projection import ProjectionLimits, project_for_agent
 
 FIXTURE_SCHEMA = "kbflow.eval-fixture/2"
 EVAL_ROOT = Path(__file__).resolve().parent.parent / "eval" / "rag-retrieval"
@@ -88,7 +88,7 @@ def fixture_source(fixtures_dir: Path) -> ResultSource:
 
 def seed_scopes(settings: Settings, scopes: Sequence[str], seed_docs: Path = SEED_DOCS) -> None:
     """Reseed each scope from seed-docs (incremental: free when nothing changed)."""
-    from ingest.reindex import reindex
+    from kbflow.ingest.reindex import reindex
 
     for scope in scopes:
         summary = reindex([seed_docs], scope=scope, settings=settings)
@@ -97,7 +97,7 @@ def seed_scopes(settings: Settings, scopes: Sequence[str], seed_docs: Path = SEE
 
 
 def live_source(settings: Settings) -> ResultSource:
-    from retrieval.lookup import lookup_knowledge
+    from kbflow.retrieval.lookup import lookup_knowledge
 
     def run(case: GoldenCase, mode: str) -> LookupResult:
         s = settings
@@ -161,7 +161,7 @@ class EvalOutcome:
 
     @property
     def failed(self) -> list[str]:
-        from evaluation.report import failed_cases
+        from kbflow.evaluation.report import failed_cases
 
         return failed_cases(self.report)
 
@@ -183,8 +183,8 @@ def run_eval(
     scope: str | None = None,
 ) -> EvalOutcome:
     """source: offline | live | snapshot. Raises CaseFileError / BaselineError on bad input."""
-    from evaluation.cases import load_cases
-    from evaluation.report import check_report, diff_reports
+    from kbflow.evaluation.cases import load_cases
+    from kbflow.evaluation.report import check_report, diff_reports
 
     cases = load_cases(cases_path)
     if scope:
@@ -196,7 +196,7 @@ def run_eval(
         try:
             baseline = check_report(json.loads(compare_to.read_text(encoding="utf-8")), str(compare_to))
         except (OSError, json.JSONDecodeError) as exc:
-            from evaluation.report import BaselineError
+            from kbflow.evaluation.report import BaselineError
 
             raise BaselineError(f"{compare_to}: cannot read baseline: {exc}") from exc
     if source == "offline":

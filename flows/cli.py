@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from flows.errors import say_error
+from kbflow.flows.errors import say_error
 
 # Prefect's telemetry tries the network and, on its temporary server, logs "database is locked"
 # errors; kbflow turns it off unless the user chose (PREFECT_SERVER_ANALYTICS_ENABLED=true).
@@ -133,7 +133,7 @@ def _status_parser(sub: Any) -> None:
 
 
 def _manage_parsers(sub: Any) -> None:
-    from flows.manage_cli import add_parsers
+    from kbflow.flows.manage_cli import add_parsers
 
     add_parsers(sub, _common)
 
@@ -303,7 +303,7 @@ def _db_parser(sub: Any) -> None:
 
 
 def _serve_flows_parser(sub: Any) -> None:
-    from flows.schedules import SERVE_FLOWS_EPILOG
+    from kbflow.flows.schedules import SERVE_FLOWS_EPILOG
 
     p = sub.add_parser(
         "serve-flows",
@@ -328,7 +328,7 @@ def _serve_flows_parser(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from kbcore.settings import Settings
+    from kbflow.core.settings import Settings
 
     overrides: dict[str, Any] = {}
     for flag, key in (("home", "home"), ("milvus_uri", "milvus_uri"), ("database_url", "database_url")):
@@ -370,25 +370,25 @@ def _say_what_loads(settings: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "lookup":
-        from flows.lookup_cli import lookup_through_service
+        from kbflow.flows.lookup_cli import lookup_through_service
 
         routed = lookup_through_service(args, _settings)
         if routed is not None:
             return routed
     from pydantic_settings import SettingsError
 
-    from flows.errors import quiet_lock_traceback, store_unavailable_message
+    from kbflow.flows.errors import quiet_lock_traceback, store_unavailable_message
 
     quiet_lock_traceback()
-    from evaluation.cases import CaseFileError
-    from evaluation.report import BaselineError
-    from ingest.locks import ScopeLocked
-    from ingest.sources import RootError
-    from kbcore.milvus_store import StoreUnavailable
-    from kbcore.onnx_backend import BackendUnavailable
-    from kbcore.schema import SchemaOutdated
-    from kbcore.validation import InvalidValue
-    from retrieval.pipeline import IndexMissing, LookupError_
+    from kbflow.core.milvus_store import StoreUnavailable
+    from kbflow.core.onnx_backend import BackendUnavailable
+    from kbflow.core.schema import SchemaOutdated
+    from kbflow.core.validation import InvalidValue
+    from kbflow.evaluation.cases import CaseFileError
+    from kbflow.evaluation.report import BaselineError
+    from kbflow.ingest.locks import ScopeLocked
+    from kbflow.ingest.sources import RootError
+    from kbflow.retrieval.pipeline import IndexMissing, LookupRejected
 
     try:
         settings = _settings(args)
@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "reindex":
             return _reindex(args, settings)
         if args.command == "lookup":
-            from flows.lookup_cli import lookup
+            from kbflow.flows.lookup_cli import lookup
 
             return lookup(args, settings)
         if args.command == "eval":
@@ -410,14 +410,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve-flows":
             return _serve_flows(args, settings)
         if args.command in ("docs", "scope", "forget"):
-            from flows.manage_cli import run
+            from kbflow.flows.manage_cli import run
 
             return run(args, settings)
         if args.command == "serve":
-            from flows.serve import serve
+            from kbflow.flows.serve import serve
 
             return serve(settings, args.host, args.port)
-        from flows.manage_cli import status
+        from kbflow.flows.manage_cli import status
 
         return status(args, settings)
     except ValidationError as exc:
@@ -430,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (
         RootError,
         InvalidValue,
-        LookupError_,
+        LookupRejected,
         IndexMissing,
         CaseFileError,
         BaselineError,
@@ -444,15 +444,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _reindex(args: argparse.Namespace, settings: Any) -> int:
     from rich.console import Console
 
-    from ingest.reindex import ReindexSummary, ScopeSummary, reindex
+    from kbflow.ingest.reindex import ReindexSummary, ScopeSummary, reindex
 
     if args.scope:
-        from kbcore.validation import validate_scope
+        from kbflow.core.validation import validate_scope
 
         validate_scope(args.scope)
     err = Console(stderr=True)
     if args.prefect or args.task_runner == "dask":
-        from flows.reindex import run_reindex_flow
+        from kbflow.flows.reindex import run_reindex_flow
 
         ok, data = run_reindex_flow(
             args.paths,
@@ -520,7 +520,7 @@ def _print_summary(summary: Any, console: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from flows.common import summary_rows
+    from kbflow.flows.common import summary_rows
 
     table = Table(title=f"kbflow reindex ({summary.mode})", show_header=False)
     table.add_column("what")
@@ -547,16 +547,16 @@ def _print_summary(summary: Any, console: Any) -> None:
 def _eval(args: argparse.Namespace, settings: Any) -> int:
     from pathlib import Path
 
-    from evaluation.report import diff_markdown, report_markdown, write_chart
-    from evaluation.runner import EVAL_ROOT, run_eval
+    from kbflow.evaluation.report import diff_markdown, report_markdown, write_chart
+    from kbflow.evaluation.runner import EVAL_ROOT, run_eval
 
     if args.action == "calibrate":
-        from evaluation.calibration_data import calibrate_command
+        from kbflow.evaluation.calibration_data import calibrate_command
 
         return calibrate_command(args, settings)
     modes = ["hybrid", "dense"] if args.mode == "both" else [args.mode]
     if args.beir:
-        from evaluation.beir import beir_command
+        from kbflow.evaluation.beir import beir_command
 
         return beir_command(args, settings)
     outcome = run_eval(
@@ -589,7 +589,7 @@ def _eval(args: argparse.Namespace, settings: Any) -> int:
     if args.json:
         print(json.dumps({"report": report, "diff": outcome.diff}, ensure_ascii=False))
     else:
-        from evaluation.report import summary_lines
+        from kbflow.evaluation.report import summary_lines
 
         for line in summary_lines(report):
             print(line)
@@ -607,8 +607,8 @@ def _eval(args: argparse.Namespace, settings: Any) -> int:
 
 
 def _db(args: argparse.Namespace, settings: Any) -> int:
-    from kbcore.schema import current_revision, head_revision, upgrade
-    from kbcore.sql import SqlStore
+    from kbflow.core.schema import current_revision, head_revision, upgrade
+    from kbflow.core.sql import SqlStore
 
     settings.ensure_home()
     sql = SqlStore(settings.resolved_database_url, migrate=False)
@@ -628,8 +628,8 @@ def _db(args: argparse.Namespace, settings: Any) -> int:
 
 
 def _serve_flows(args: argparse.Namespace, settings: Any) -> int:
-    from flows.eval import deployments_summary, serve_flows
-    from flows.schedules import ScheduleSpecError, parse_reindex_specs, reindex_deployments
+    from kbflow.flows.eval import deployments_summary, serve_flows
+    from kbflow.flows.schedules import ScheduleSpecError, parse_reindex_specs, reindex_deployments
 
     home = str(settings.home.resolve())
     try:
@@ -637,7 +637,7 @@ def _serve_flows(args: argparse.Namespace, settings: Any) -> int:
     except ScheduleSpecError as exc:
         return say_error(str(exc))
     if args.dry_run:
-        from flows.schedules import reindex_deployments_summary
+        from kbflow.flows.schedules import reindex_deployments_summary
 
         out = deployments_summary(home, args.eval_cron, args.refresh_cron)
         print(json.dumps(out + reindex_deployments_summary(schedules, home), indent=1))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.reindex import ReindexSummary
+from kbflow.ingest.reindex import ReindexSummary
 
 
 def summary_rows(summary: ReindexSummary) -> list[tuple[str, str]]:

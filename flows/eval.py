@@ -20,10 +20,10 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed, Failed, State
 
-from evaluation.report import diff_markdown, report_markdown
-from evaluation.runner import EVAL_ROOT, SEED_DOCS, run_eval
-from ingest.reindex import reindex
-from kbcore.settings import Settings
+from kbflow.core.settings import Settings
+from kbflow.evaluation.report import diff_markdown, report_markdown
+from kbflow.evaluation.runner import EVAL_ROOT, SEED_DOCS, run_eval
+from kbflow.ingest.reindex import reindex
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 

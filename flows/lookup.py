@@ -1,6 +1,6 @@
 """`lookup_knowledge` as a Prefect task, for use inside other flows.
 
-from flows.lookup import lookup_knowledge_task
+from kbflow.flows.lookup import lookup_knowledge_task
 
 @flow
 def triage(alert: str):
@@ -14,9 +14,9 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows.reindex import _retry_transient
-from kbcore.settings import Settings
-from retrieval import lookup_knowledge, project_for_agent
+from kbflow.core.settings import Settings
+from kbflow.flows.reindex import _retry_transient
+from kbflow.retrieval import lookup_knowledge, project_for_agent
 
 
 @task(

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from flows.errors import say_error
+from kbflow.flows.errors import say_error
 
 
 def lookup_through_service(
@@ -21,7 +21,7 @@ def lookup_through_service(
     None = no service to use (or it did not answer): the caller looks up in-process."""
     if args.in_process or args.milvus_uri or args.database_url:
         return None
-    from flows.remote import ServedLookup, ServiceRefused, ServiceUnreachable
+    from kbflow.flows.remote import ServedLookup, ServiceRefused, ServiceUnreachable
 
     try:
         settings = make_settings(args)
@@ -54,10 +54,10 @@ def lookup(
 ) -> int:
     """`run(query, scope)` gives the result as JSON data: in-process by default, or the service's."""
     if run is None:
-        from retrieval import lookup_knowledge, project_for_agent
-        from retrieval.pipeline import LookupError_
+        from kbflow.retrieval import lookup_knowledge, project_for_agent
+        from kbflow.retrieval.pipeline import LookupRejected
 
-        line_errors = (LookupError_,)
+        line_errors = (LookupRejected,)
 
         def run(query: str, scope: str | None) -> dict[str, Any]:
             result = lookup_knowledge(

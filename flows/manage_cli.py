@@ -125,7 +125,7 @@ def _removal_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
-    from kbcore.stores import open_stores
+    from kbflow.core.stores import open_stores
 
     stores = open_stores(settings)
     if args.command == "docs":
@@ -158,7 +158,7 @@ def _docs_list(args: argparse.Namespace, stores: Any) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from ingest.manage import list_documents
+    from kbflow.ingest.manage import list_documents
 
     docs = list_documents(stores, scope=args.scope, root=args.root)
     if args.json:
@@ -181,7 +181,7 @@ def _docs_list(args: argparse.Namespace, stores: Any) -> int:
 
 
 def _scope_delete(args: argparse.Namespace, stores: Any) -> int:
-    from ingest.manage import delete_scope
+    from kbflow.ingest.manage import delete_scope
 
     plan = delete_scope(stores, args.scope, dry_run=not args.yes, wait_seconds=args.wait)
     if args.json:
@@ -206,8 +206,8 @@ def _scope_delete(args: argparse.Namespace, stores: Any) -> int:
 def _forget(args: argparse.Namespace, stores: Any) -> int:
     from rich.table import Table
 
-    from ingest.manage import RootStillExists, forget_root
-    from ingest.sources import normalize_root
+    from kbflow.ingest.manage import RootStillExists, forget_root
+    from kbflow.ingest.sources import normalize_root
 
     try:
         shares = forget_root(
@@ -249,8 +249,8 @@ def status(args: argparse.Namespace, settings: Any) -> int:
     """`kbflow status`: per scope and per root; scopes without documents are not listed."""
     from rich.console import Console
 
-    from ingest.status import last_run, root_counts, scope_statuses
-    from kbcore.stores import open_stores
+    from kbflow.core.stores import open_stores
+    from kbflow.ingest.status import last_run, root_counts, scope_statuses
 
     stores = open_stores(settings)
     statuses = scope_statuses(stores)

@@ -19,11 +19,11 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed, State
 
-from flows.common import summary_markdown
-from ingest.reindex import ReindexSummary, index_scope, reindex
-from ingest.sources import ScanResult
-from kbcore.settings import Settings
-from kbcore.stores import Stores, is_transient, keep_home_backend, open_stores
+from kbflow.core.settings import Settings
+from kbflow.core.stores import Stores, is_transient, keep_home_backend, open_stores
+from kbflow.flows.common import summary_markdown
+from kbflow.ingest.reindex import ReindexSummary, index_scope, reindex
+from kbflow.ingest.sources import ScanResult
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -73,7 +73,7 @@ def embed_batch_task(
 ) -> np.ndarray:
     """Runs wherever the task runner puts it (a Dask worker): the model loads once per worker,
     on the flow's backend; an ONNX export is read from the home the flow already exported to."""
-    from kbcore.embedder import get_embedder
+    from kbflow.core.embedder import get_embedder
 
     root = Path(models_dir) if models_dir else None
     return get_embedder(model, device, batch_size, backend, root).encode(texts, 1)

@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from kbcore.announce import announced_endpoint
+from kbflow.core.announce import announced_endpoint
+from kbflow.core.errors import KbflowError, StoreError
 
 BUSY_RETRIES = 3
 
 
-class ServiceUnreachable(Exception):
+class ServiceUnreachable(StoreError):
     """The announced service did not answer: the caller looks up in-process instead."""
 
 
-class ServiceRefused(Exception):
+class ServiceRefused(KbflowError):
     """The service answered with an error the user must see (bad scope, no index, ...)."""
 
 

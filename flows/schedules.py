@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.sources import normalize_root
-from kbcore.validation import InvalidValue, validate_scope
+from kbflow.core.errors import InputError
+from kbflow.core.validation import InvalidValue, validate_scope
+from kbflow.ingest.sources import normalize_root
 
 SPEC_HELP = "ROOT[:SCOPE]@CRON, e.g. 'docs/:team-a@0 3 * * *' or 'seed-docs@@daily'"
 
@@ -34,7 +35,7 @@ examples:
 """
 
 
-class ScheduleSpecError(ValueError):
+class ScheduleSpecError(InputError, ValueError):
     """A --reindex spec that cannot be scheduled; the message names the spec and the fix."""
 
 
@@ -114,7 +115,7 @@ def parse_reindex_specs(specs: Sequence[str], *, must_exist: bool = True) -> lis
 
 def reindex_deployments(schedules: Sequence[ReindexSchedule], home: str | None) -> list[Any]:
     """Prefect deployments of the `reindex` flow, one per schedule."""
-    from flows.reindex import reindex_flow
+    from kbflow.flows.reindex import reindex_flow
 
     return [
         reindex_flow.to_deployment(name=s.name, cron=s.cron, parameters=s.parameters(home)) for s in schedules

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kbcore.announce import ENDPOINT_FILE, announced_endpoint
-from kbcore.settings import Settings
+from kbflow.core.announce import ENDPOINT_FILE, announced_endpoint
+from kbflow.core.settings import Settings
 
 
 def _client_host(host: str) -> str:
@@ -68,11 +68,11 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 def start_milvus_lite_server(data_dir: str, token: str) -> tuple[subprocess.Popen, str]:
     """Milvus Lite's gRPC server for `data_dir` on a free loopback port, answering only calls
     that carry `token`: (process, uri)."""
-    from kbcore.lite_server import TOKEN_ENV
+    from kbflow.core.lite_server import TOKEN_ENV
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kbcore.lite_server", "--data-dir", data_dir, "--port", str(port)],
+        [sys.executable, "-m", "kbflow.core.lite_server", "--data-dir", data_dir, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -127,7 +127,7 @@ def _own_lite_file(settings: Settings) -> tuple[Settings, dict, Callable[[], Non
 def serve(settings: Settings, host: str, port: int) -> int:
     import uvicorn
 
-    from retrieval.service import check_bind, create_app, load_keys
+    from kbflow.retrieval.service import check_bind, create_app, load_keys
 
     try:
         keys = load_keys(settings)

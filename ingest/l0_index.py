@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from ingest.chunking import Chunk
-from ingest.parsing import ParsedDocument
-from kbcore.sql import L0EntryRow, L0TermRow
+from kbflow.core.sql import L0EntryRow, L0TermRow
+from kbflow.ingest.chunking import Chunk
+from kbflow.ingest.parsing import ParsedDocument
 
 MAX_ENTITIES = 40
 _ENTITY_PATTERNS = [

@@ -19,12 +19,13 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from kbcore.sql import ScopeLockRow, SqlStore, utcnow
+from kbflow.core.errors import StoreError
+from kbflow.core.sql import ScopeLockRow, SqlStore, utcnow
 
 STALE_AFTER_S = 600
 
 
-class ScopeLocked(RuntimeError):
+class ScopeLocked(StoreError, RuntimeError):
     """Another live run holds the scope's lock."""
 
 

@@ -16,18 +16,19 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from ingest.l0_index import delete_l0
-from ingest.locks import scope_locks
-from ingest.sources import normalize_root
-from kbcore import milvus_store as ms
-from kbcore.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
-from kbcore.stores import Stores
-from kbcore.validation import validate_scope
+from kbflow.core import milvus_store as ms
+from kbflow.core.errors import InputError
+from kbflow.core.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
+from kbflow.core.stores import Stores
+from kbflow.core.validation import validate_scope
+from kbflow.ingest.l0_index import delete_l0
+from kbflow.ingest.locks import scope_locks
+from kbflow.ingest.sources import normalize_root
 
 BATCH = 500  # ids per bound IN list (SQLite caps the number of variables)
 
 
-class RootStillExists(ValueError):
+class RootStillExists(InputError, ValueError):
     """forget_root was given a root that is still on disk: reindexing it is the right tool."""
 
 

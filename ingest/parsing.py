@@ -24,7 +24,8 @@ import frontmatter
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 
-from kbcore.validation import InvalidValue, validate_category, validate_scope, validate_source
+from kbflow.core.errors import InputError
+from kbflow.core.validation import InvalidValue, validate_category, validate_scope, validate_source
 
 KNOWN_KEYS = {"source", "breadcrumb", "kb_scope", "title", "keywords", "language"}
 _H1 = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
@@ -49,7 +50,7 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in ("", "~", "null", "Null", "NULL"))
 
 
-class DocumentError(Exception):
+class DocumentError(InputError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason

@@ -17,10 +17,10 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
-from ingest.sources import Failure, ScanResult
-from kbcore.settings import Settings
-from kbcore.sql import DocumentRow
+from kbflow.core.settings import Settings
+from kbflow.core.sql import DocumentRow
+from kbflow.ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
+from kbflow.ingest.sources import Failure, ScanResult
 
 
 @dataclass

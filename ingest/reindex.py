@@ -26,28 +26,29 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ingest.chunking import CHUNKER_VERSION, Chunk, chunk_markdown
-from ingest.l0_index import build_l0_entry, delete_l0, write_l0
-from ingest.locks import ScopeLocks, scope_locks
-from ingest.manage import drop_if_empty
-from ingest.parsing import ParsedDocument
-from ingest.planning import ScopePlan, plan_scope
-from ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
-from ingest.writing import chunk_rows, relex, write_documents
-from kbcore import milvus_store as ms
-from kbcore.analysis import LexicalConfig
-from kbcore.embedder import EmbedStats, model_id_for
-from kbcore.settings import Settings
-from kbcore.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
-from kbcore.stores import Stores, keep_home_backend, open_stores
-from kbcore.validation import validate_scope
+from kbflow.core import milvus_store as ms
+from kbflow.core.analysis import LexicalConfig
+from kbflow.core.embedder import EmbedStats, model_id_for
+from kbflow.core.errors import InputError
+from kbflow.core.settings import Settings
+from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
+from kbflow.core.stores import Stores, keep_home_backend, open_stores
+from kbflow.core.validation import validate_scope
+from kbflow.ingest.chunking import CHUNKER_VERSION, Chunk, chunk_markdown
+from kbflow.ingest.l0_index import build_l0_entry, delete_l0, write_l0
+from kbflow.ingest.locks import ScopeLocks, scope_locks
+from kbflow.ingest.manage import drop_if_empty
+from kbflow.ingest.parsing import ParsedDocument
+from kbflow.ingest.planning import ScopePlan, plan_scope
+from kbflow.ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
+from kbflow.ingest.writing import chunk_rows, relex, write_documents
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 ScopeRunner = Callable[..., "tuple[ScopeSummary, list[Failure]]"]
 Encoder = Callable[[list[str]], Any]  # texts -> normalized vectors (an alternative to the local model)
 
 
-class ScopeConfigMismatch(RuntimeError):
+class ScopeConfigMismatch(InputError, RuntimeError):
     """The scope was built with another model or analyzer; only --full may change that."""
 
 

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
+from kbflow.core.errors import InputError
+from kbflow.ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
 
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 
 
-class RootError(ValueError):
+class RootError(InputError, ValueError):
     """A root given to reindex is missing or not a directory."""
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from kbcore import milvus_store as ms
-from kbcore.sql import DocumentRow, ReindexRunRow, ScopeRow
-from kbcore.stores import Stores
+from kbflow.core import milvus_store as ms
+from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow
+from kbflow.core.stores import Stores
 
 
 @dataclass

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ingest.chunking import Chunk
-from ingest.parsing import ParsedDocument
-from kbcore import milvus_store as ms
-from kbcore.analysis import LexicalConfig
-from kbcore.stores import is_transient
-from kbcore.validation import doc_key
+from kbflow.core import milvus_store as ms
+from kbflow.core.analysis import LexicalConfig
+from kbflow.core.stores import is_transient
+from kbflow.core.validation import doc_key
+from kbflow.ingest.chunking import Chunk
+from kbflow.ingest.parsing import ParsedDocument
 
 Progress = Callable[[str, int, int], None]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
-from kbcore.onnx_backend import BACKENDS, BackendUnavailable, OnnxEncoder, ensure_export, sentence_dim
-from kbcore.sql import EmbeddingCacheRow, SqlStore
+from kbflow.core.onnx_backend import BACKENDS, BackendUnavailable, OnnxEncoder, ensure_export, sentence_dim
+from kbflow.core.sql import EmbeddingCacheRow, SqlStore
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 TORCH = "torch"

@@ -1,4 +1,4 @@
-"""Milvus Lite's gRPC server, reachable only with a token: `python -m kbcore.lite_server`.
+"""Milvus Lite's gRPC server, reachable only with a token: `python -m kbflow.core.lite_server`.
 
 Milvus Lite's own `server` command answers any client on its port with every scope. kbflow
 starts this one instead (the same servicer) with a gRPC interceptor that refuses every call whose

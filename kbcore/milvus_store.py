@@ -19,7 +19,8 @@ from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
-from kbcore.validation import doc_key, eq, in_list, validate_scope
+from kbflow.core.errors import StoreError
+from kbflow.core.validation import doc_key, eq, in_list, validate_scope
 
 TEXT_MAX_BYTES = 65535
 SOURCE_MAX_BYTES = 2048  # 512 characters of any script
@@ -59,7 +60,7 @@ SCALAR_FIELDS = [
 ]
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(StoreError, RuntimeError):
     """The Milvus store could not be opened; the message says why and what to do. `held` is
     True when another process holds the Milvus Lite file; `holder` is its (pid, command line)
     when /proc/locks could tell."""

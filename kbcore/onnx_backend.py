@@ -24,13 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
+from kbflow.core.errors import InputError
+
 BACKENDS = ("torch", "onnx", "onnx-int8")
 EXPORT_VERSION = "2"  # bump when the export recipe changes: old exports are then redone
 META_FILE = "kbflow-onnx.json"
 SUB_BATCH = 16  # measured: smaller batches pad less; 16 beat 64 on 400-char chunks (60 vs 48/s)
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(InputError, RuntimeError):
     """The model cannot run on the requested backend (says which and why)."""
 
 

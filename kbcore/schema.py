@@ -15,10 +15,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 from sqlalchemy.engine import Engine
 
+from kbflow.core.errors import StoreError
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-class SchemaOutdated(RuntimeError):
+class SchemaOutdated(StoreError, RuntimeError):
     """The database predates this kbflow; `kbflow db upgrade` migrates it in place."""
 
 

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from kbcore.validation import validate_scope
+from kbflow.core.validation import validate_scope
 
 Analyzer = Literal["standard", "jieba"]
 SearchMode = Literal["hybrid", "dense"]

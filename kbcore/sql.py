@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from kbcore.schema import ensure_schema
+from kbflow.core.schema import ensure_schema
 
 
 def utcnow() -> datetime:
@@ -45,7 +45,7 @@ class ScopeRow(Base):
     analyzer: Mapped[str] = mapped_column(String(32))
     model_id: Mapped[str] = mapped_column(String(512))
     dim: Mapped[int] = mapped_column(Integer)
-    # kbflow's own lexical analysis (kbcore.analysis.LexicalConfig.version); NULL = built before
+    # kbflow's own lexical analysis (kbflow.core.analysis.LexicalConfig.version); NULL = built before
     # it existed, BM25 over the raw text
     analysis: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

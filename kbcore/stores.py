@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pymilvus import MilvusClient
 from sqlalchemy import select
 
-from kbcore.announce import announced_endpoint
-from kbcore.embedder import (
+from kbflow.core.announce import announced_endpoint
+from kbflow.core.embedder import (
     Embedder,
     EmbeddingCache,
     base_model_id,
@@ -18,9 +18,9 @@ from kbcore.embedder import (
     model_id_for,
     split_model_id,
 )
-from kbcore.milvus_store import open_client
-from kbcore.settings import Settings
-from kbcore.sql import ScopeRow, SqlStore
+from kbflow.core.milvus_store import open_client
+from kbflow.core.settings import Settings
+from kbflow.core.sql import ScopeRow, SqlStore
 
 
 @dataclass

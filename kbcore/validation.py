@@ -16,6 +16,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from kbflow.core.errors import InputError
+
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # ids of indexes built before free-text sources: they are their own key, so those keep serving
 LEGACY_ID_PATTERN = SCOPE_PATTERN
@@ -25,7 +27,7 @@ SOURCE_MAX_CHARS = 512
 CATEGORY_PATTERN = re.compile(r"[\w .&/-]{1,128}")
 
 
-class InvalidValue(ValueError):
+class InvalidValue(InputError, ValueError):
     """A user-controlled value failed validation; the message names the value and the rule."""
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from kbcore.sql import LookupAuditRow, SqlStore
-from retrieval.contracts import LookupResult
+from kbflow.core.sql import LookupAuditRow, SqlStore
+from kbflow.retrieval.contracts import LookupResult
 
 log = logging.getLogger("kbflow.audit")
 

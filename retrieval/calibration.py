@@ -11,10 +11,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from kbcore.embedder import DEFAULT_MODEL_ID, base_model_id
-from kbcore.settings import Settings
-from kbcore.sql import CalibrationRow, SqlStore, utcnow
-from retrieval.gate import Calibration
+from kbflow.core.embedder import DEFAULT_MODEL_ID, base_model_id
+from kbflow.core.settings import Settings
+from kbflow.core.sql import CalibrationRow, SqlStore, utcnow
+from kbflow.retrieval.gate import Calibration
 
 DEFAULT_FILE = Path(__file__).with_name("default_calibration.json")
 LEXICAL = Calibration(

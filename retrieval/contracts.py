@@ -71,7 +71,9 @@ class Hit(ChunkRef):
     @field_validator("score_label", mode="before")
     @classmethod
     def _canonical(cls, v: str) -> str:
-        from retrieval.quality import canonical_label  # legacy labels (l2_distance, bm25_only_no_dense…)
+        from kbflow.retrieval.quality import (
+            canonical_label,  # legacy labels (l2_distance, bm25_only_no_dense…)
+        )
 
         return canonical_label(v)
 

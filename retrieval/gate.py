@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from kbcore.analysis import LexicalConfig, analyze
+from kbflow.core.analysis import LexicalConfig, analyze
 
 # Measured, not assumed: BM25 strength per query term and the lift of a chunk's cosine over the
 # dense leg's top-10 mean were tried as extra features and changed no rate on the golden corpus

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kbcore.sql import L0EntryRow, L0TermRow
-from retrieval.contracts import L0Navigation
+from kbflow.core.sql import L0EntryRow, L0TermRow
+from kbflow.retrieval.contracts import L0Navigation
 
 MIN_CATEGORY_MATCHES = 2
 MAX_TITLES = 5

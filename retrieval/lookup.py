@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import threading
 
-from kbcore.settings import Settings
-from kbcore.stores import open_stores, with_announced_endpoint
-from retrieval.contracts import LookupResult, RagToolResult
-from retrieval.pipeline import Retriever
-from retrieval.projection import ProjectionLimits
-from retrieval.projection import project_for_agent as _project
+from kbflow.core.settings import Settings
+from kbflow.core.stores import open_stores, with_announced_endpoint
+from kbflow.retrieval.contracts import LookupResult, RagToolResult
+from kbflow.retrieval.pipeline import Retriever
+from kbflow.retrieval.projection import ProjectionLimits
+from kbflow.retrieval.projection import project_for_agent as _project
 
 _lock = threading.Lock()
 _retrievers: dict[tuple[str, str], Retriever] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from retrieval.contracts import ContextPack, Evidence
+from kbflow.retrieval.contracts import ContextPack, Evidence
 
 STRATEGY = "priority_order_truncate_tail"
 ELLIPSIS = "..."

@@ -14,25 +14,26 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import func, select
 
-from kbcore import milvus_store as ms
-from kbcore.analysis import LexicalConfig
-from kbcore.embedder import DEFAULT_MODEL_ID, Embedder, base_model_id, get_embedder, split_model_id
-from kbcore.settings import Settings
-from kbcore.sql import CalibrationRow, ScopeRow
-from kbcore.stores import Stores, query_threads
-from kbcore.validation import validate_scope
-from retrieval import calibration
-from retrieval.audit import write_audit
-from retrieval.contracts import (
+from kbflow.core import milvus_store as ms
+from kbflow.core.analysis import LexicalConfig
+from kbflow.core.embedder import DEFAULT_MODEL_ID, Embedder, base_model_id, get_embedder, split_model_id
+from kbflow.core.errors import InputError
+from kbflow.core.settings import Settings
+from kbflow.core.sql import CalibrationRow, ScopeRow
+from kbflow.core.stores import Stores, query_threads
+from kbflow.core.validation import validate_scope
+from kbflow.retrieval import calibration
+from kbflow.retrieval.audit import write_audit
+from kbflow.retrieval.contracts import (
     NO_EVIDENCE_MESSAGE,
     AttemptTrace,
     LookupResult,
     RetrievalTrace,
 )
-from retrieval.gate import Calibration
-from retrieval.l0_navigation import navigate
-from retrieval.packing import pack
-from retrieval.postprocess import (
+from kbflow.retrieval.gate import Calibration
+from kbflow.retrieval.l0_navigation import navigate
+from kbflow.retrieval.packing import pack
+from kbflow.retrieval.postprocess import (
     PostprocessConfig,
     Processed,
     attach_l0_reasons,
@@ -40,11 +41,11 @@ from retrieval.postprocess import (
     postprocess,
     score_hits,
 )
-from retrieval.rerank import NoopReranker, Reranker, run_rerank
-from retrieval.search import ScopeTarget, SearchSpec, search_attempt
+from kbflow.retrieval.rerank import NoopReranker, Reranker, run_rerank
+from kbflow.retrieval.search import ScopeTarget, SearchSpec, search_attempt
 
 
-class LookupError_(ValueError):
+class LookupRejected(InputError, ValueError):
     """Bad lookup input (empty query, invalid scope or mode); the message says which."""
 
 
@@ -201,16 +202,16 @@ class Retriever:
         returned is still bounded by return_n."""
         s = self.settings
         if not isinstance(query, str) or not query.strip():
-            raise LookupError_("query is empty: give the symptom, error message or question to look up")
+            raise LookupRejected("query is empty: give the symptom, error message or question to look up")
         mode = mode or s.search_mode
         if mode not in MODES:
-            raise LookupError_(f"invalid mode {mode!r}: use one of {', '.join(MODES)}")
+            raise LookupRejected(f"invalid mode {mode!r}: use one of {', '.join(MODES)}")
         kb_scope = kb_scope if kb_scope is not None else (s.kb_scope or None)
         if kb_scope:
             try:
                 validate_scope(kb_scope)
             except ValueError as exc:
-                raise LookupError_(str(exc)) from exc
+                raise LookupRejected(str(exc)) from exc
         query = " ".join(query.split())
         truncated = len(query) > s.max_query_chars
         query = query[: s.max_query_chars]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from retrieval.contracts import Evidence, GateTrace, Hit, L0Navigation, RelevanceLevel
-from retrieval.gate import Calibration, query_terms, signals_for
-from retrieval.quality import lexical_coverage
+from kbflow.retrieval.contracts import Evidence, GateTrace, Hit, L0Navigation, RelevanceLevel
+from kbflow.retrieval.gate import Calibration, query_terms, signals_for
+from kbflow.retrieval.quality import lexical_coverage
 
 LEVELS = {"PRECISE": 2, "REFERENCE": 1}
 

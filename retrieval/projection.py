@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kbcore.settings import Settings
-from retrieval.contracts import NO_EVIDENCE_MESSAGE, LookupResult, RagEvidence, RagToolResult
+from kbflow.core.settings import Settings
+from kbflow.retrieval.contracts import NO_EVIDENCE_MESSAGE, LookupResult, RagEvidence, RagToolResult
 
 ELLIPSIS = "..."
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from retrieval.contracts import Evidence, RerankTrace
+from kbflow.retrieval.contracts import Evidence, RerankTrace
 
 
 class Reranker(Protocol):

@@ -3,7 +3,7 @@
 Every attempt filters on kb_scope; a FILTERED_VECTOR attempt adds the L0 category. The two
 legs run as separate searches and are fused client-side (`fusion.py`: RRF or a convex
 combination), so each hit keeps its rank in each leg — the gate reads whether the legs agree.
-The BM25 leg gets the query analysed the way the scope's chunks were (`kbcore.analysis`).
+The BM25 leg gets the query analysed the way the scope's chunks were (`kbflow.core.analysis`).
 Each hit gets `denseDistance`, the exact squared L2 of its *stored* vector to the query, for
 every candidate (BM25-only ones included), so quality never has to guess from rank.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 from pymilvus import MilvusClient
 
-from kbcore import milvus_store as ms
-from kbcore.analysis import LexicalConfig
-from kbcore.validation import eq, validate_category, validate_scope
-from retrieval.contracts import Hit
-from retrieval.fusion import convex, rrf
-from retrieval.gate import coverage, query_terms
-from retrieval.quality import has_cjk
+from kbflow.core import milvus_store as ms
+from kbflow.core.analysis import LexicalConfig
+from kbflow.core.validation import eq, validate_category, validate_scope
+from kbflow.retrieval.contracts import Hit
+from kbflow.retrieval.fusion import convex, rrf
+from kbflow.retrieval.gate import coverage, query_terms
+from kbflow.retrieval.quality import has_cjk
 
 OUTPUT_FIELDS = ms.SCALAR_FIELDS
 HIT_FIELDS = [*OUTPUT_FIELDS, "dense"]

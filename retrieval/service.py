@@ -26,10 +26,11 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kbcore.settings import Settings
-from kbcore.validation import InvalidValue, validate_scope
-from retrieval.lookup import get_retriever, project_for_agent
-from retrieval.pipeline import IndexMissing, LookupError_
+from kbflow.core.errors import StoreError
+from kbflow.core.settings import Settings
+from kbflow.core.validation import InvalidValue, validate_scope
+from kbflow.retrieval.lookup import get_retriever, project_for_agent
+from kbflow.retrieval.pipeline import IndexMissing, LookupRejected
 
 log = logging.getLogger("kbflow.service")
 MAX_REQUEST_QUERY_CHARS = 20_000  # longer is answered truncated to max_query_chars; this only stops abuse
@@ -88,7 +89,7 @@ def parse_lookup_body(raw: bytes) -> LookupRequest:
         raise HTTPException(status_code=422, detail=detail) from exc
 
 
-class Overloaded(Exception):
+class Overloaded(StoreError):
     """Every worker is busy and the queue is full: answered 503 with Retry-After at once."""
 
 
@@ -170,7 +171,7 @@ def answer(
             raise HTTPException(status_code=403, detail=f"this key may not read kb_scope {scope!r}")
     try:
         result = retriever.lookup(body.query, kb_scope=scope, mode=body.mode)
-    except LookupError_ as exc:
+    except LookupRejected as exc:
         raise HTTPException(status_code=422, detail=[{"loc": ["body", "query"], "msg": str(exc)}]) from exc
     except IndexMissing as exc:
         raise HTTPException(status_code=503, detail=str(exc)) from exc
@@ -232,7 +233,7 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
 
     @app.get("/v1/scopes")
     def scopes(allowed: Allowed) -> dict[str, Any]:
-        from ingest.status import scope_statuses
+        from kbflow.ingest.status import scope_statuses
 
         rows = [s.to_dict() for s in scope_statuses(app.state.retriever.stores)]
         visible = [r for r in rows if allowed is None or r["kb_scope"] in allowed]

@@ -18,9 +18,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # shared through the models_dir setting (subprocesses inherit it), not once per home
 os.environ.setdefault("KBFLOW_MODELS_DIR", tempfile.mkdtemp(prefix="kbflow-test-models-"))
 
-from kbcore.settings import Settings  # noqa: E402
-from kbcore.stores import Stores, close_all, open_stores  # noqa: E402
-from retrieval.lookup import reset_retrievers  # noqa: E402
+from kbflow.core.settings import Settings  # noqa: E402
+from kbflow.core.stores import Stores, close_all, open_stores  # noqa: E402
+from kbflow.retrieval.lookup import reset_retrievers  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

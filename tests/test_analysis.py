@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbcore.analysis import LexicalConfig, analyze, split_identifier
+from kbflow.core.analysis import LexicalConfig, analyze, split_identifier
 
 
 def tokens(text: str, **kw) -> list[str]:

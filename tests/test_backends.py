@@ -15,13 +15,13 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import func, select
 
-from ingest.reindex import pipeline_hash, reindex
-from kbcore.embedder import get_embedder, model_id_for, split_model_id
-from kbcore.onnx_backend import META_FILE
-from kbcore.settings import Settings
-from kbcore.sql import EmbeddingCacheRow, ScopeRow
-from kbcore.stores import open_stores
-from retrieval import lookup_knowledge
+from kbflow.core.embedder import get_embedder, model_id_for, split_model_id
+from kbflow.core.onnx_backend import META_FILE
+from kbflow.core.settings import Settings
+from kbflow.core.sql import EmbeddingCacheRow, ScopeRow
+from kbflow.core.stores import open_stores
+from kbflow.ingest.reindex import pipeline_hash, reindex
+from kbflow.retrieval import lookup_knowledge
 from tests.conftest import REPO, write_doc
 
 POOL = "# MySQL connection pool exhausted\n\n## Symptoms\n\nToo many connections; the pool is full.\n"
@@ -132,7 +132,7 @@ def test_a_lookup_on_an_onnx_scope_never_imports_torch(tmp_path):
     built = subprocess.run([kbflow, "reindex", str(docs)], cwd=REPO, env=env, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     code = (
-        "import json, sys; from retrieval import lookup_knowledge; "
+        "import json, sys; from kbflow.retrieval import lookup_knowledge; "
         "r = lookup_knowledge('mysql too many connections', kb_scope='ops'); "
         "print(json.dumps({'doc': r.evidence[0].doc_id, 'torch': 'torch' in sys.modules, "
         "'timings': r.retrieval_trace.timings_ms}))"

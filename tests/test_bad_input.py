@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.validation import eq
+from kbflow.core import milvus_store as ms
+from kbflow.core.validation import eq
+from kbflow.ingest.reindex import reindex
 from tests.conftest import write_doc
 
 
@@ -59,7 +59,7 @@ def test_every_bad_file_reported_and_good_ones_indexed(tmp_path, settings, store
 
     from sqlalchemy import select
 
-    from kbcore.sql import DocumentRow
+    from kbflow.core.sql import DocumentRow
 
     with stores.sql.session() as s:
         keeper = s.scalars(select(DocumentRow).where(DocumentRow.doc_id == "keeper")).one()
@@ -75,7 +75,7 @@ def test_every_bad_file_reported_and_good_ones_indexed(tmp_path, settings, store
 
 
 def test_cli_exits_nonzero_with_json_failures(tmp_path, settings, capsys):
-    from flows.cli import main
+    from kbflow.flows.cli import main
 
     docs = tmp_path / "docs"
     make_tree(docs)

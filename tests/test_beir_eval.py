@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import pytrec_eval
 
-from evaluation import beir, ir
-from evaluation.beir import load_negatives, run_beir, safe_id
-from flows.cli import main
-from kbcore.settings import Settings
+from kbflow.core.settings import Settings
+from kbflow.evaluation import beir, ir
+from kbflow.evaluation.beir import load_negatives, run_beir, safe_id
+from kbflow.flows.cli import main
 
 DOCS = [
     (

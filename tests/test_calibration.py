@@ -6,7 +6,10 @@ import random
 
 import pytest
 
-from evaluation.calibrate import (
+from kbflow.core.embedder import DEFAULT_MODEL_ID
+from kbflow.core.settings import Settings
+from kbflow.core.stores import open_stores
+from kbflow.evaluation.calibrate import (
     MAX_FALSE_NO_EVIDENCE,
     LabelledQuery,
     achieved,
@@ -14,11 +17,8 @@ from evaluation.calibrate import (
     choose_floor,
     queries_from_samples,
 )
-from kbcore.embedder import DEFAULT_MODEL_ID
-from kbcore.settings import Settings
-from kbcore.stores import open_stores
-from retrieval import calibration
-from retrieval.gate import Calibration
+from kbflow.retrieval import calibration
+from kbflow.retrieval.gate import Calibration
 
 
 def labelled(seed: int = 7) -> list[LabelledQuery]:
@@ -101,8 +101,8 @@ def test_a_running_retriever_sees_a_new_calibration_and_a_rebuilt_scope(tmp_path
     """The retriever checks a scope once and reuses that while the scope's row and the stored
     calibrations stay as they were; a calibration stored by another command, or a rebuild,
     takes effect on the next lookup without a restart."""
-    from ingest.reindex import reindex
-    from retrieval.lookup import get_retriever
+    from kbflow.ingest.reindex import reindex
+    from kbflow.retrieval.lookup import get_retriever
     from tests.conftest import write_doc
 
     docs = tmp_path / "docs"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.chunking import chunk_markdown
+from kbflow.ingest.chunking import chunk_markdown
 
 DOC = """# Kafka consumer lag
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from flows.reindex import run_reindex_flow
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.settings import Settings
-from kbcore.stores import open_stores
-from kbcore.validation import eq
+from kbflow.core import milvus_store as ms
+from kbflow.core.settings import Settings
+from kbflow.core.stores import open_stores
+from kbflow.core.validation import eq
+from kbflow.flows.reindex import run_reindex_flow
+from kbflow.ingest.reindex import reindex
 from tests.conftest import write_doc
 
 

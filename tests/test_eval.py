@@ -8,13 +8,13 @@ import json
 import pytest
 import pytrec_eval
 
-from evaluation.beir import run_beir, safe_id
-from evaluation.cases import CaseFileError, load_cases
-from evaluation.metrics import aggregate, fallback_precision_recall, per_query
-from evaluation.report import BaselineError, check_report, diff_reports
-from evaluation.runner import EVAL_ROOT, run_eval
-from flows.cli import main
-from kbcore.settings import Settings
+from kbflow.core.settings import Settings
+from kbflow.evaluation.beir import run_beir, safe_id
+from kbflow.evaluation.cases import CaseFileError, load_cases
+from kbflow.evaluation.metrics import aggregate, fallback_precision_recall, per_query
+from kbflow.evaluation.report import BaselineError, check_report, diff_reports
+from kbflow.evaluation.runner import EVAL_ROOT, run_eval
+from kbflow.flows.cli import main
 
 BASELINE = EVAL_ROOT / "reports" / "baseline.json"
 CASES = EVAL_ROOT / "cases" / "golden-cases.json"
@@ -93,12 +93,12 @@ def test_metrics_match_trec_eval_on_hand_made_runs():
 
 
 def test_offline_eval_passes_without_stores(tmp_path, monkeypatch):
-    import kbcore.stores
+    import kbflow.core.stores
 
     def no_stores(*_a, **_k):
         raise AssertionError("offline mode must not open Milvus or SQL")
 
-    monkeypatch.setattr(kbcore.stores, "open_stores", no_stores)
+    monkeypatch.setattr(kbflow.core.stores, "open_stores", no_stores)
     outcome = run_eval(
         source="offline", modes=["hybrid", "dense"], settings=Settings(home=tmp_path), compare_to=BASELINE
     )

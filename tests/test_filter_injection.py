@@ -16,11 +16,11 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, select
 
-from flows.serve import start_milvus_lite_server
-from kbcore import milvus_store as ms
-from kbcore.milvus_store import open_client
-from kbcore.sql import DocumentRow, SqlStore
-from kbcore.validation import SOURCE_MAX_CHARS, doc_key
+from kbflow.core import milvus_store as ms
+from kbflow.core.milvus_store import open_client
+from kbflow.core.sql import DocumentRow, SqlStore
+from kbflow.core.validation import SOURCE_MAX_CHARS, doc_key
+from kbflow.flows.serve import start_milvus_lite_server
 
 HOSTILE = [
     '" or kb_scope != "',

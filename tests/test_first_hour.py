@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from flows.cli import main
-from ingest.parsing import DocumentError, parse_document
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
+from kbflow.core import milvus_store as ms
+from kbflow.flows.cli import main
+from kbflow.ingest.parsing import DocumentError, parse_document
+from kbflow.ingest.reindex import reindex
 from tests.conftest import REPO, write_doc
 
 KBFLOW = str(Path(sys.executable).with_name("kbflow"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prefect.client.orchestration import get_client
 
-from flows.reindex import reindex_flow, run_reindex_flow
+from kbflow.flows.reindex import reindex_flow, run_reindex_flow
 from tests.conftest import write_doc
 
 
@@ -59,7 +59,7 @@ def test_flow_ends_failed_when_a_document_fails(tmp_path, harness):
 def test_eval_flows_and_their_deployments(tmp_path, harness):
     import asyncio
 
-    from flows.eval import deployments_summary, eval_corpus_refresh_flow, eval_flow
+    from kbflow.flows.eval import deployments_summary, eval_corpus_refresh_flow, eval_flow
 
     home = str(tmp_path / "home")
     refresh = eval_corpus_refresh_flow(home=home, return_state=True)

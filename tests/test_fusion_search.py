@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.reindex import reindex
-from kbcore.settings import Settings
-from retrieval.fusion import convex, min_max
-from retrieval.lookup import lookup_knowledge, reset_retrievers
+from kbflow.core.settings import Settings
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval.fusion import convex, min_max
+from kbflow.retrieval.lookup import lookup_knowledge, reset_retrievers
 from tests.conftest import write_doc
 
 # The BM25 leg and the dense leg disagree on purpose: "ZQX7741" is a rare token only the
@@ -67,7 +67,7 @@ def test_convex_combination_of_min_max_scores():
 
 
 def _leg(*texts: str):
-    from retrieval.search import Leg
+    from kbflow.retrieval.search import Leg
 
     return Leg(
         [{"id": f"d{i}", "title": "", "breadcrumb": "", "text": t} for i, t in enumerate(texts)],
@@ -76,7 +76,7 @@ def _leg(*texts: str):
 
 
 def test_lexical_trust_follows_how_much_of_the_query_bm25_found():
-    from retrieval.search import lexical_trust
+    from kbflow.retrieval.search import lexical_trust
 
     # an alert name covered whole: full trust
     assert lexical_trust("KubePodCrashLooping", _leg("KubePodCrashLooping fires when pods crash loop")) == 1.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from ingest.chunking import chunk_markdown
-from ingest.l0_index import build_l0_entry, extract_entities, write_l0
-from ingest.parsing import parse_document
-from kbcore.sql import L0EntryRow, L0TermRow, SqlStore
+from kbflow.core.sql import L0EntryRow, L0TermRow, SqlStore
+from kbflow.ingest.chunking import chunk_markdown
+from kbflow.ingest.l0_index import build_l0_entry, extract_entities, write_l0
+from kbflow.ingest.parsing import parse_document
 
 TEXT = """---
 source: mysql-connection-pool

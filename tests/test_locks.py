@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from ingest.locks import ScopeLocked, ScopeLocks
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.settings import Settings
-from kbcore.sql import DocumentRow, ScopeLockRow, SqlStore, utcnow
-from kbcore.stores import open_stores
-from retrieval import lookup_knowledge
+from kbflow.core import milvus_store as ms
+from kbflow.core.settings import Settings
+from kbflow.core.sql import DocumentRow, ScopeLockRow, SqlStore, utcnow
+from kbflow.core.stores import open_stores
+from kbflow.ingest.locks import ScopeLocked, ScopeLocks
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval import lookup_knowledge
 from tests.conftest import OPS_TOPICS, REPO, write_doc, write_ops_corpus
 
 
@@ -147,8 +147,8 @@ def served_revision(settings: Settings) -> set[str]:
 KILLED_RUN = """
 import sys, time
 from pathlib import Path
-from ingest.reindex import reindex
-from kbcore.settings import Settings
+from kbflow.ingest.reindex import reindex
+from kbflow.core.settings import Settings
 seen = []
 def progress(stage, done, total):
     seen.append(f"{stage} {done}/{total}")

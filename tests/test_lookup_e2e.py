@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, text
 
-from ingest.reindex import reindex
-from kbcore.settings import Settings
-from kbcore.sql import LookupAuditRow
-from kbcore.stores import open_stores
-from retrieval import lookup_knowledge, project_for_agent
-from retrieval.pipeline import IndexMissing, LookupError_
+from kbflow.core.settings import Settings
+from kbflow.core.sql import LookupAuditRow
+from kbflow.core.stores import open_stores
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval import lookup_knowledge, project_for_agent
+from kbflow.retrieval.pipeline import IndexMissing, LookupRejected
 from tests.conftest import REPO, write_doc
 
 FALLBACK_QUERY = "chat messages arrive late and consumer lag keeps growing"
@@ -141,11 +141,11 @@ def test_audit_failure_is_visible_and_keeps_the_answer(seeded, caplog):
 
 
 def test_bad_input(seeded, tmp_path):
-    with pytest.raises(LookupError_, match="query is empty"):
+    with pytest.raises(LookupRejected, match="query is empty"):
         lookup_knowledge("   ", settings=seeded)
-    with pytest.raises(LookupError_, match="invalid kb_scope"):
+    with pytest.raises(LookupRejected, match="invalid kb_scope"):
         lookup_knowledge("x", kb_scope='x" or kb_scope != "', settings=seeded)
-    with pytest.raises(LookupError_, match="invalid mode"):
+    with pytest.raises(LookupRejected, match="invalid mode"):
         lookup_knowledge("x", mode="sparse", settings=seeded)
     unknown = lookup_knowledge("kafka lag", kb_scope="no-such-scope", settings=seeded)
     assert not unknown.found and unknown.candidate_count == 0
@@ -157,7 +157,7 @@ def test_bad_input(seeded, tmp_path):
 
 def test_filtered_attempt_with_no_candidates_says_no_evidence(seeded, monkeypatch):
     """Orchestration rule on the real stores, with the filtered search forced empty."""
-    import retrieval.pipeline as pipeline
+    import kbflow.retrieval.pipeline as pipeline
 
     real = pipeline.search_attempt
     calls = []
@@ -175,8 +175,8 @@ def test_filtered_attempt_with_no_candidates_says_no_evidence(seeded, monkeypatc
 
 
 def test_lookups_use_the_scope_calibration_and_say_which(seeded):
-    from retrieval import calibration
-    from retrieval.gate import Calibration
+    from kbflow.retrieval import calibration
+    from kbflow.retrieval.gate import Calibration
 
     query = "kafka consumer group lag growing"
     r = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded)
@@ -199,13 +199,13 @@ def test_lookups_use_the_scope_calibration_and_say_which(seeded):
         other = lookup_knowledge(query, kb_scope="other-team", settings=seeded)
         assert "golden" in other.retrieval_trace.calibrations["other-team"]  # per scope
     finally:
-        from kbcore.sql import CalibrationRow
+        from kbflow.core.sql import CalibrationRow
 
         with stores.sql.session() as s, s.begin():
             s.execute(CalibrationRow.__table__.delete())
 
 
 def r_model(settings: Settings) -> str:
-    from kbcore.embedder import model_id_for
+    from kbflow.core.embedder import model_id_for
 
     return model_id_for(settings.embedding_model, settings.embedding_backend)

@@ -7,10 +7,10 @@ import json
 import pytest
 from prefect import flow
 
-from flows.cli import main
-from flows.lookup import lookup_knowledge_task
-from ingest.reindex import reindex
-from kbcore.settings import Settings
+from kbflow.core.settings import Settings
+from kbflow.flows.cli import main
+from kbflow.flows.lookup import lookup_knowledge_task
+from kbflow.ingest.reindex import reindex
 from tests.conftest import write_doc
 
 BODY = """\

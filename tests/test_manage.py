@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, select
 
-from flows.cli import main
-from flows.schedules import ScheduleSpecError, parse_reindex_spec, parse_reindex_specs
-from ingest.manage import drop_if_empty
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.sql import DocumentRow, L0EntryRow, L0TermRow
-from kbcore.validation import eq
+from kbflow.core import milvus_store as ms
+from kbflow.core.sql import DocumentRow, L0EntryRow, L0TermRow
+from kbflow.core.validation import eq
+from kbflow.flows.cli import main
+from kbflow.flows.schedules import ScheduleSpecError, parse_reindex_spec, parse_reindex_specs
+from kbflow.ingest.manage import drop_if_empty
+from kbflow.ingest.reindex import reindex
 from tests.conftest import REPO, run_cli, write_doc
 
 POOL = """\
@@ -313,7 +313,7 @@ def test_held_lite_file_gives_one_line_naming_the_holder(tmp_path):
         [
             sys.executable,
             "-c",
-            "from kbcore.settings import Settings; from kbcore.stores import open_stores; "
+            "from kbflow.core.settings import Settings; from kbflow.core.stores import open_stores; "
             f"open_stores(Settings(home={str(home)!r})); print('ready', flush=True); "
             "import time; time.sleep(120)",
         ],
@@ -339,7 +339,7 @@ def test_held_lite_file_gives_one_line_naming_the_holder(tmp_path):
 
 
 def test_commands_reach_a_served_file_through_the_announced_endpoint(tmp_path):
-    from flows.serve import start_milvus_lite_server
+    from kbflow.flows.serve import start_milvus_lite_server
 
     home = tmp_path / "home"
     home.mkdir()

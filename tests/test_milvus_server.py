@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from evaluation.runner import EVAL_ROOT, run_eval
-from flows.serve import start_milvus_lite_server
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.settings import Settings
-from retrieval import lookup_knowledge
+from kbflow.core import milvus_store as ms
+from kbflow.core.settings import Settings
+from kbflow.evaluation.runner import EVAL_ROOT, run_eval
+from kbflow.flows.serve import start_milvus_lite_server
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval import lookup_knowledge
 from tests.conftest import write_doc
 
 TOKEN = "test-token"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.parsing import DocumentError, derive_doc_id, parse_document, read_text
-from kbcore.validation import InvalidValue, eq, validate_category, validate_scope
+from kbflow.core.validation import InvalidValue, eq, validate_category, validate_scope
+from kbflow.ingest.parsing import DocumentError, derive_doc_id, parse_document, read_text
 
 GOOD = """---
 source: mysql-connection-pool

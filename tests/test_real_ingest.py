@@ -10,12 +10,12 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from flows.cli import main
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.sql import DocumentRow
-from kbcore.validation import doc_key
-from retrieval import lookup_knowledge, project_for_agent
+from kbflow.core import milvus_store as ms
+from kbflow.core.sql import DocumentRow
+from kbflow.core.validation import doc_key
+from kbflow.flows.cli import main
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval import lookup_knowledge, project_for_agent
 from tests.conftest import write_doc
 
 REAL_IDS = {
@@ -258,7 +258,7 @@ def test_a_3000_character_title_fails_only_its_own_file(tmp_path, settings, stor
 
 def test_a_document_the_store_refuses_fails_alone(stores):
     """write_documents retries a refused batch document by document (real Milvus Lite)."""
-    from ingest.writing import write_documents
+    from kbflow.ingest.writing import write_documents
 
     client = stores.milvus
     ms.create_collection(client, "refusal_probe", 4, "standard")
@@ -427,7 +427,7 @@ def test_a_rebuild_from_one_root_keeps_the_scopes_analyzer(tmp_path, settings, s
 def test_a_never_indexed_document_that_failed_is_written_when_it_comes_back(
     tmp_path, settings, stores, monkeypatch
 ):
-    import ingest.sources as sources
+    import kbflow.ingest.sources as sources
 
     docs = tmp_path / "docs"
     write_real(docs)

@@ -6,13 +6,13 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.embedder import model_id_for
-from kbcore.settings import Settings
-from kbcore.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
-from kbcore.stores import open_stores
-from kbcore.validation import eq
+from kbflow.core import milvus_store as ms
+from kbflow.core.embedder import model_id_for
+from kbflow.core.settings import Settings
+from kbflow.core.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
+from kbflow.core.stores import open_stores
+from kbflow.core.validation import eq
+from kbflow.ingest.reindex import reindex
 from tests.conftest import write_doc
 
 POOL = """\

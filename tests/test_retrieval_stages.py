@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.contracts import (
+from kbflow.retrieval.contracts import (
     AttemptTrace,
     ContextPack,
     Evidence,
@@ -18,14 +18,14 @@ from retrieval.contracts import (
     RerankTrace,
     RetrievalTrace,
 )
-from retrieval.fusion import rrf
-from retrieval.gate import Calibration
-from retrieval.l0_navigation import query_terms
-from retrieval.packing import pack
-from retrieval.postprocess import PostprocessConfig, attach_l0_reasons, postprocess, score_hits
-from retrieval.projection import ProjectionLimits, project_for_agent
-from retrieval.quality import canonical_label, lexical_coverage
-from retrieval.rerank import NoopReranker, run_rerank
+from kbflow.retrieval.fusion import rrf
+from kbflow.retrieval.gate import Calibration
+from kbflow.retrieval.l0_navigation import query_terms
+from kbflow.retrieval.packing import pack
+from kbflow.retrieval.postprocess import PostprocessConfig, attach_l0_reasons, postprocess, score_hits
+from kbflow.retrieval.projection import ProjectionLimits, project_for_agent
+from kbflow.retrieval.quality import canonical_label, lexical_coverage
+from kbflow.retrieval.rerank import NoopReranker, run_rerank
 
 
 def hit(

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ingest.sources import scan_roots
+from kbflow.ingest.sources import scan_roots
 from tests.conftest import REPO
 
 SEED = REPO / "seed-docs"

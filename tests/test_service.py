@@ -14,10 +14,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from flows.serve import free_port
-from ingest.reindex import reindex
-from kbcore.settings import Settings
-from retrieval.service import check_bind, create_app
+from kbflow.core.settings import Settings
+from kbflow.flows.serve import free_port
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval.service import check_bind, create_app
 from tests.conftest import REPO, wait_until_healthy, write_doc
 
 BODY = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"
@@ -169,7 +169,7 @@ def test_serve_owns_the_embedded_store_and_answers_through_a_full_reindex(tmp_pa
 
 
 def test_second_process_on_the_lite_file_is_told_who_holds_it(tmp_path):
-    from kbcore.milvus_store import StoreUnavailable, open_client
+    from kbflow.core.milvus_store import StoreUnavailable, open_client
 
     path = tmp_path / "milvus.db"
     holder = subprocess.Popen(
@@ -200,15 +200,15 @@ def test_the_milvus_child_dies_with_a_sigkilled_parent_and_a_stale_note_is_clean
     recognised as stale and removed by the next command."""
     import signal
 
-    from kbcore.announce import ENDPOINT_FILE, announced_endpoint
-    from kbcore.milvus_store import lock_holder
+    from kbflow.core.announce import ENDPOINT_FILE, announced_endpoint
+    from kbflow.core.milvus_store import lock_holder
 
     data = tmp_path / "milvus.db"
     parent = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from flows.serve import start_milvus_lite_server; "
+            "import sys, time; from kbflow.flows.serve import start_milvus_lite_server; "
             f"p, uri = start_milvus_lite_server({str(data)!r}, 't'); "
             "print(p.pid, flush=True); time.sleep(300)",
         ],

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flows.serve import free_port
-from retrieval.service import Admission, Overloaded
+from kbflow.flows.serve import free_port
+from kbflow.retrieval.service import Admission, Overloaded
 from tests.conftest import REPO, run_cli, wait_until_healthy, write_doc
 
 KAFKA = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"

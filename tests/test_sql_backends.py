@@ -13,15 +13,15 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, select, text
 
-from flows.cli import main
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.embedder import EmbeddingCache, EmbedStats, get_embedder
-from kbcore.schema import SchemaOutdated, current_revision, head_revision, upgrade
-from kbcore.settings import Settings
-from kbcore.sql import Base, DocumentRow, EmbeddingCacheRow, LookupAuditRow, SqlStore
-from kbcore.stores import open_stores
-from retrieval import lookup_knowledge
+from kbflow.core import milvus_store as ms
+from kbflow.core.embedder import EmbeddingCache, EmbedStats, get_embedder
+from kbflow.core.schema import SchemaOutdated, current_revision, head_revision, upgrade
+from kbflow.core.settings import Settings
+from kbflow.core.sql import Base, DocumentRow, EmbeddingCacheRow, LookupAuditRow, SqlStore
+from kbflow.core.stores import open_stores
+from kbflow.flows.cli import main
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval import lookup_knowledge
 from tests.conftest import write_doc
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from ingest.reindex import reindex
-from kbcore import milvus_store as ms
-from kbcore.settings import Settings
-from kbcore.stores import open_stores
-from retrieval.service import create_app
+from kbflow.core import milvus_store as ms
+from kbflow.core.settings import Settings
+from kbflow.core.stores import open_stores
+from kbflow.ingest.reindex import reindex
+from kbflow.retrieval.service import create_app
 from tests.conftest import write_ops_corpus
 
 QUERY = {"query": "redis evicted_keys keeps growing maxmemory", "kb_scope": "ops"}

@@ -1,8 +1,8 @@
-"""Alembic environment: runs on the connection kbcore.schema hands over (SQLite or PostgreSQL)."""
+"""Alembic environment: runs on the connection kbflow.core.schema hands over (SQLite or PostgreSQL)."""
 
 from alembic import context
 
-from kbcore.sql import Base
+from kbflow.core.sql import Base
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
