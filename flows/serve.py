@@ -127,7 +127,7 @@ def _own_lite_file(settings: Settings) -> tuple[Settings, dict, Callable[[], Non
 def serve(settings: Settings, host: str, port: int) -> int:
     import uvicorn
 
-    from kbflow.retrieval.service import check_bind, create_app, load_keys
+    from kbflow.flows.service import check_bind, create_app, load_keys
 
     try:
         keys = load_keys(settings)

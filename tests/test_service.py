@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 
 from kbflow.core.settings import Settings
 from kbflow.flows.serve import free_port
+from kbflow.flows.service import check_bind, create_app
 from kbflow.ingest.reindex import reindex
-from kbflow.retrieval.service import check_bind, create_app
 from tests.conftest import REPO, wait_until_healthy, write_doc
 
 BODY = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from kbflow.flows.serve import free_port
-from kbflow.retrieval.service import Admission, Overloaded
+from kbflow.flows.service import Admission, Overloaded
 from tests.conftest import REPO, run_cli, wait_until_healthy, write_doc
 
 KAFKA = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps growing on the orders topic.\n"

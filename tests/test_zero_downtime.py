@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from kbflow.core import milvus_store as ms
 from kbflow.core.settings import Settings
 from kbflow.core.stores import open_stores
+from kbflow.flows.service import create_app
 from kbflow.ingest.reindex import reindex
-from kbflow.retrieval.service import create_app
 from tests.conftest import write_ops_corpus
 
 QUERY = {"query": "redis evicted_keys keeps growing maxmemory", "kb_scope": "ops"}

@@ -1,4 +1,6 @@
-"""HTTP lookup service for the agent (FastAPI).
+"""HTTP lookup service for the agent (FastAPI): the HTTP interface to the read side, next to the
+other interfaces (the `kbflow` CLI in flows/cli, the Prefect task in flows/lookup.py); nothing in
+kbflow.retrieval imports it.
 
 POST /v1/lookup {query, kb_scope, mode, agent} -> LookupResult (or RagToolResult when agent);
 GET /v1/scopes; GET /healthz. API keys (header `X-API-Key` or `Authorization: Bearer`) map to
