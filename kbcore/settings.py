@@ -1,19 +1,35 @@
 """One settings object for every knob (SPEC §1).
 
-Values come from, lowest to highest priority: defaults here, `KBFLOW_*` environment variables,
-then CLI flags (the CLI passes them as keyword arguments). All state lives under `home`
-unless `milvus_uri` / `database_url` point elsewhere.
+Values come from, lowest to highest priority: defaults here, a TOML settings file, `KBFLOW_*`
+environment variables, then CLI flags (the CLI passes them as keyword arguments). The file is
+`KBFLOW_CONFIG` when set (`kbflow --config FILE` sets it for the command), else `kbflow.toml`
+in the working directory when there is one; its top-level keys are the field names below
+(`default_scope = "team-a"`, `chunk_max_chars = 1500`). All state lives under `home` unless
+`milvus_uri` / `database_url` point elsewhere.
 """
 
 from __future__ import annotations
 
+import os
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
+from kbflow.core.errors import InputError
 from kbflow.core.validation import validate_scope
+
+CONFIG_ENV = "KBFLOW_CONFIG"
+DEFAULT_CONFIG_FILE = "kbflow.toml"
 
 Analyzer = Literal["standard", "jieba"]
 SearchMode = Literal["hybrid", "dense"]
@@ -22,8 +38,47 @@ Fusion = Literal["rrf", "convex"]
 EmbeddingBackend = Literal["torch", "onnx", "onnx-int8"]
 
 
+class ConfigFileError(InputError, ValueError):
+    """A settings file that was named but is missing, or that is not valid TOML."""
+
+
+def config_file() -> Path | None:
+    """The settings file in effect, read at each construction (so relative to the working
+    directory of the moment): KBFLOW_CONFIG, which must exist, else ./kbflow.toml if present."""
+    named = os.environ.get(CONFIG_ENV, "").strip()
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigFileError(f"settings file {path} ({CONFIG_ENV} or --config) does not exist")
+        return path
+    local = Path(DEFAULT_CONFIG_FILE)
+    return local if local.is_file() else None
+
+
+def _toml_source(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSettingsSource:
+    try:
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(f"settings file {path} is not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"settings file {path} cannot be read: {exc}") from None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KBFLOW_", extra="forbid", validate_default=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (keyword arguments) > KBFLOW_* environment > the settings file > defaults."""
+        path = config_file()
+        return (init_settings, env_settings, *([_toml_source(settings_cls, path)] if path else []))
 
     # --- where state lives ------------------------------------------------------------
     home: Path = Field(Path(".kbflow"), description="Directory holding the embedded stores.")
@@ -181,8 +236,38 @@ class Settings(BaseSettings):
     def uses_milvus_lite(self) -> bool:
         return not self.resolved_milvus_uri.startswith(("http://", "https://", "tcp://", "grpc://"))
 
-    def analyzer_for(self, scope: str) -> Analyzer:
-        return self.scope_analyzers.get(scope, self.analyzer)
-
     def ensure_home(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
+
+
+def setting_origins(flags: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Where each field's value comes from, by the precedence Settings applies: the flag that
+    gave it (`flags`: field -> flag), `env KBFLOW_X`, the settings file's path, or `default`."""
+    path = config_file()
+    from_file = set(_toml_source(Settings, path)()) if path else set()
+    from_env = set(EnvSettingsSource(Settings)())
+    flags = flags or {}
+    out: dict[str, str] = {}
+    for name in Settings.model_fields:
+        if name in flags:
+            out[name] = flags[name]
+        elif name in from_env:
+            out[name] = f"env KBFLOW_{name.upper()}"
+        elif name in from_file:
+            out[name] = str(path)
+        else:
+            out[name] = "default"
+    return out
+
+
+def public_value(name: str, value: Any) -> Any:
+    """A setting as `kbflow config show` prints it: secrets masked, JSON-friendly."""
+    if name == "milvus_token":
+        return "***" if value else ""
+    if name == "api_keys":
+        return {f"***{n}": scopes for n, scopes in enumerate(value.values(), start=1)}
+    if name == "database_url" and "@" in value and "://" in value:
+        scheme, rest = value.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else value
+    return str(value) if isinstance(value, Path) else value
