@@ -10,6 +10,7 @@ it in one line.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 LOCK_LOGGER = "milvus_lite.server_manager"
@@ -56,7 +57,18 @@ def store_unavailable_message(exc: BaseException, uri: str) -> str:
     )
 
 
-def say_error(message: str) -> int:
-    """One line on stderr; exit code 2 (the command could not run)."""
-    print(f"kbflow: error: {message}", file=sys.stderr)
-    return 2
+def error_message(exc: BaseException, uri: str | None) -> str:
+    """What the CLI says for an expected error: a store that could not be opened (it has `held`)
+    says so in one line, with the holder and the ways out when its file is held; everything
+    else says what it says."""
+    if hasattr(exc, "held") and uri:
+        return store_unavailable_message(exc, uri)
+    return str(exc)
+
+
+def say_error(message: str, exit_code: int = 2) -> int:
+    """One line on stderr (line breaks in the message become spaces); returns the exit code
+    (2 by default: the command could not run)."""
+    one_line = re.sub(r"\s*\n\s*", " ", message).strip()
+    print(f"kbflow: error: {one_line}", file=sys.stderr)
+    return exit_code

@@ -22,7 +22,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kbflow.core.announce import ENDPOINT_FILE, announced_endpoint
+from kbflow.core.errors import InputError, StoreError
 from kbflow.core.settings import Settings
+
+
+class ServeSetupError(InputError, ValueError):
+    """The API keys or the bind address cannot be served (unreadable keys file, no keys on a
+    public address)."""
+
+
+class ServeUnavailable(StoreError, RuntimeError):
+    """The home is already served, or its Milvus Lite file could not be served."""
 
 
 def _client_host(host: str) -> str:
@@ -125,6 +135,7 @@ def _own_lite_file(settings: Settings) -> tuple[Settings, dict, Callable[[], Non
 
 
 def serve(settings: Settings, host: str, port: int) -> int:
+    """Serve until stopped; ServeSetupError / ServeUnavailable say why it cannot start."""
     import uvicorn
 
     from kbflow.flows.service import check_bind, create_app, load_keys
@@ -133,8 +144,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
         keys = load_keys(settings)
         check_bind(host, keys)
     except (ValueError, OSError) as exc:
-        print(f"kbflow: error: {exc}", file=sys.stderr)
-        return 2
+        raise ServeSetupError(str(exc)) from exc
     if not keys:
         print(
             f"kbflow serve: no API keys configured: open access, bound to loopback {host} only",
@@ -143,11 +153,9 @@ def serve(settings: Settings, host: str, port: int) -> int:
     holder = announced_endpoint(settings.home)
     owns_file = settings.uses_milvus_lite and not settings.milvus_uri
     if holder is not None and owns_file:
-        print(
-            f"kbflow serve: {settings.home} is already served by pid {holder['pid']} ({holder.get('http')})",
-            file=sys.stderr,
+        raise ServeUnavailable(
+            f"{settings.home} is already served by pid {holder['pid']} ({holder.get('http')})"
         )
-        return 2
     settings.ensure_home()  # the Lite file and serve.json live there
     cleanups: list[Callable[[], None]] = []
     note: dict = {}
@@ -155,8 +163,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
         try:
             settings, note, stop = _own_lite_file(settings)
         except RuntimeError as exc:
-            print(f"kbflow: error: {exc}", file=sys.stderr)
-            return 2
+            raise ServeUnavailable(str(exc)) from exc
         cleanups.append(stop)
     # `kbflow lookup` on this home sends its query here with this key instead of loading a model
     local_key = secrets.token_urlsafe(32)

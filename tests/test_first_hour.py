@@ -27,7 +27,9 @@ def test_prefect_telemetry_is_off_unless_the_user_turns_it_on(tmp_path):
     current = (
         "from prefect.settings import get_current_settings as s; enabled = s().server.analytics_enabled; "
     )
-    probe = current + "import os, flows.cli; print(os.environ['PREFECT_SERVER_ANALYTICS_ENABLED'], enabled)"
+    probe = current + (
+        "import os, kbflow.flows.cli; print(os.environ['PREFECT_SERVER_ANALYTICS_ENABLED'], enabled)"
+    )
     off = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=_env(), capture_output=True, text=True)
     assert off.stdout.split() == ["false", "False"], off.stderr
     on = subprocess.run(

@@ -1,0 +1,106 @@
+"""How `kbflow status`, `docs list`, `scope delete` and `forget` read to a person: on a terminal
+to its width; piped, one line per table row (greppable)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _console(soft_wrap: bool = False) -> Any:
+    from rich.console import Console
+
+    console = Console(soft_wrap=soft_wrap)
+    if not soft_wrap and not console.is_terminal:
+        console.width = 400
+    return console
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def print_status(uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str, Any]], run: Any) -> None:
+    console = _console(soft_wrap=True)
+    if not statuses:
+        console.print(f"nothing indexed under {uri}; run `kbflow reindex PATH`")
+        return
+    console.print(f"kbflow status — milvus {uri}", highlight=False)
+    for st in statuses:
+        target = st.alias_target or "[red]MISSING: run `kbflow reindex --full`[/red]"
+        console.print(
+            f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
+            f"({st.documents_with_errors} with errors), {st.chunks} chunks in Milvus "
+            f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
+            f"  analyzer {st.analyzer}, model {st.model} ({st.dim}-d), last changed {st.updated_at}",
+            highlight=False,
+        )
+        for root, n in st.roots.items():
+            console.print(f"  root {root}: {_n(n, 'document')}", highlight=False, markup=False)
+    console.print("documents per root:")
+    for r in roots:
+        per_scope = ", ".join(f"{scope} {n}" for scope, n in r["scopes"].items())
+        console.print(
+            f"  {r['root']}: {_n(r['documents'], 'document')} ({per_scope})", highlight=False, markup=False
+        )
+    if run:
+        console.print(
+            f"last reindex: {run['finished_at']} ({run['mode']}, "
+            f"{'ok' if run['ok'] else _n(run.get('failed', 0), 'failure')})"
+        )
+
+
+def print_documents(docs: Sequence[Any], filters: Mapping[str, str | None]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    if not docs:
+        what = " ".join(f"{k} {v}" for k, v in filters.items() if v)
+        console.print(f"no documents indexed{' for ' + what if what else ''}", highlight=False)
+        return
+    table = Table(title=f"{len(docs)} document(s)")
+    for col in ("id", "scope", "root", "path", "chunks", "status", "last error"):
+        table.add_column(col, overflow="fold", justify="right" if col == "chunks" else "left")
+    for d in docs:
+        status = d.status if d.status == "indexed" else f"[red]{d.status}[/red]"
+        cells = (d.doc_id, d.kb_scope, d.root, d.path, str(d.chunks))
+        table.add_row(*(Text(c) for c in cells), status, Text(d.last_error or ""))
+    console.print(table)
+
+
+def scope_delete_lines(plan: Any, removed: bool) -> list[str]:
+    collections = ", ".join(plan.collections) or "none"
+    what = (
+        f"scope {plan.scope}: alias {plan.alias or 'none'}, collection(s) {collections}, "
+        f"{plan.documents} document(s), {plan.l0_entries} L0 entr{'y' if plan.l0_entries == 1 else 'ies'}"
+    )
+    if removed:
+        return [f"removed {what}; calibrations kept"]
+    return [
+        f"would remove {what}; calibrations are kept",
+        f"nothing removed (dry run): run `kbflow scope delete {plan.scope} --yes` to remove it",
+    ]
+
+
+def print_forget(root: str, given: str, shares: Sequence[Any], removed: bool) -> None:
+    from rich.table import Table
+
+    table = Table()
+    for col in ("scope", "documents", "chunks", "the scope itself"):
+        table.add_column(col, justify="right" if col in ("documents", "chunks") else "left")
+    for s in shares:
+        fate = "kept (other documents)"
+        if s.scope_removed:
+            fate = f"{'removed' if removed else 'would be removed'}: no documents left"
+        table.add_row(s.kb_scope, str(s.documents), str(s.chunks), fate)
+    console = _console()
+    console.print(f"{'removed' if removed else 'would remove'} from {root}:", highlight=False, markup=False)
+    console.print(table)
+    if not removed:
+        console.print(
+            f"nothing removed (dry run): run `kbflow forget {shlex.quote(given)} --yes` to remove them",
+            highlight=False,
+            markup=False,
+        )
