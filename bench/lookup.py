@@ -34,17 +34,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pymilvus import AnnSearchRequest, RRFRanker  # noqa: E402
-
 from bench.ingest import VOCAB  # noqa: E402
 from bench.ingest import make_corpus as make_ingest_corpus  # noqa: E402
-from kbflow.core import milvus_store as ms  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.core.stores import close_all, open_stores, query_threads  # noqa: E402
-from kbflow.core.validation import eq  # noqa: E402
 from kbflow.ingest.reindex import reindex  # noqa: E402
 from kbflow.retrieval.lookup import get_retriever  # noqa: E402
-from kbflow.retrieval.search import OUTPUT_FIELDS  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -128,60 +123,43 @@ def pct(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=1300)
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--docs", type=int, default=1300, help="documents in the generated corpus")
+    ap.add_argument("--queries", type=int, default=200, help="queries timed on each side")
     ap.add_argument("--no-load", action="store_true", help="skip the lookups-under-load part")
-    args = ap.parse_args()
-    rng = random.Random(11)
-    work = Path(tempfile.mkdtemp(prefix="kbflow-lookup-bench-"))
+    return ap.parse_args()
+
+
+def build_index(work: Path, docs: int, rng: random.Random) -> Settings:
     root = work / "corpus"
     root.mkdir()
-    make_corpus(root, args.docs, rng)
+    make_corpus(root, docs, rng)
     settings = Settings(home=work / "home")
-    stores = open_stores(settings)
     t = time.perf_counter()
-    summary = reindex([root], stores=stores)
+    summary = reindex([root], stores=open_stores(settings))
     assert summary.ok
     print(
         f"index: {summary.added} documents, {summary.chunks_written} chunks, built in "
         f"{time.perf_counter() - t:.0f} s"
     )
+    return settings
 
+
+def side_by_side(settings: Settings, queries: list[str]) -> tuple[list[float], list[float], int]:
+    """(A) the whole lookup and (B) the query embedding plus the store's own hybrid search,
+    alternated query by query: (lookup ms, raw ms, fallbacks)."""
     retriever = get_retriever(settings)
     target = retriever.targets("bench")[0]
-    embedder = stores.embedder
-    client = stores.milvus
-    expr = eq("kb_scope", "bench")
+    stores = open_stores(settings)
 
     def raw(query: str) -> None:
-        vec = embedder.encode([query], query_threads(settings))[0].tolist()
-        reqs = [
-            AnnSearchRequest(
-                data=[vec],
-                anns_field="dense",
-                limit=settings.retrieve_k,
-                expr=expr,
-                param={"metric_type": "L2", "params": {"ef": max(64, settings.retrieve_k * 2)}},
-            ),
-            AnnSearchRequest(
-                data=[target.lexical.query_text(query) if target.lexical else query],
-                anns_field="sparse",
-                limit=settings.retrieve_k,
-                expr=expr,
-                param={"metric_type": "BM25"},
-            ),
-        ]
-        client.hybrid_search(
-            target.alias,
-            reqs,
-            RRFRanker(settings.rrf_k),
-            limit=settings.retrieve_k,
-            output_fields=OUTPUT_FIELDS,
+        vec = stores.embedder.encode([query], query_threads(settings))[0].tolist()
+        text = target.lexical.query_text(query) if target.lexical else query
+        stores.chunks.hybrid_search(
+            target.alias, vec, text, scope="bench", limit=settings.retrieve_k, rrf_k=settings.rrf_k
         )
 
-    queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
     for q in queries[:10]:  # warm-up
         retriever.lookup(q, kb_scope="bench")
         raw(q)
@@ -194,11 +172,15 @@ def main() -> int:
         t = time.perf_counter()
         raw(q)
         b_ms.append((time.perf_counter() - t) * 1000)
-    a50, b50 = statistics.median(a_ms), statistics.median(b_ms)
     print(
-        f"chunks in collection: {ms.count_rows(client, target.alias, 'bench')}, queries: {len(queries)} "
+        f"chunks in collection: {stores.chunks.count(target.alias, 'bench')}, queries: {len(queries)} "
         f"({fallbacks} took the fallback retry)"
     )
+    return a_ms, b_ms, fallbacks
+
+
+def quiet_summary(a_ms: list[float], b_ms: list[float], fallbacks: int) -> dict[str, Any]:
+    a50, b50 = statistics.median(a_ms), statistics.median(b_ms)
     print(f"(A) lookup_knowledge hybrid       p50 {a50:7.1f} ms   p95 {pct(a_ms, 95):7.1f} ms")
     print(f"(B) embed + raw hybrid_search     p50 {b50:7.1f} ms   p95 {pct(b_ms, 95):7.1f} ms")
     print(f"p50 ratio A/B = {a50 / b50:.2f}  (target <= 1.5)")
@@ -207,24 +189,34 @@ def main() -> int:
         f"memory: RSS {rss_mib():.0f} MiB after the lookups (index, model and stores in process), "
         f"peak {peak:.0f} MiB (during the index build)"
     )
-    a95 = pct(a_ms, 95)
-    summary: dict[str, Any] = {
+    return {
         "bench": "lookup",
         "metrics": {
             "lookup_p50_ms": round(a50, 1),
-            "lookup_p95_ms": round(a95, 1),
+            "lookup_p95_ms": round(pct(a_ms, 95), 1),
             "raw_p50_ms": round(b50, 1),
             "raw_p95_ms": round(pct(b_ms, 95), 1),
             "fallbacks": fallbacks,
-            "queries": len(queries),
+            "queries": len(a_ms),
             "rss_mib": round(rss_mib()),
         },
         "ratios": {"lookup_over_raw_p50": round(a50 / b50, 3)},
         "targets": {"lookup_over_raw_p50": "<= 1.5"},
     }
-    ok = a50 / b50 <= 1.5
+
+
+def main() -> int:
+    args = parse_args()
+    rng = random.Random(11)
+    work = Path(tempfile.mkdtemp(prefix="kbflow-lookup-bench-"))
+    settings = build_index(work, args.docs, rng)
+    queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
+    a_ms, b_ms, fallbacks = side_by_side(settings, queries)
+    summary = quiet_summary(a_ms, b_ms, fallbacks)
+    ok = summary["ratios"]["lookup_over_raw_p50"] <= 1.5
     if not args.no_load:
-        loaded = under_load(retriever, queries[:100], work)
+        a50, a95 = summary["metrics"]["lookup_p50_ms"], summary["metrics"]["lookup_p95_ms"]
+        loaded = under_load(get_retriever(settings), queries[:100], work)
         summary["metrics"]["under_load"] = loaded
         for name, m in loaded.items():
             summary["ratios"][f"{name}_p95_over_quiet_p95"] = round(m["p95_ms"] / a95, 2)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from kbflow.core import milvus_store as ms
+from kbflow.core.chunk_store import alias_for
 from kbflow.core.errors import InputError
 from kbflow.core.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
 from kbflow.core.stores import Stores
@@ -110,7 +110,7 @@ def list_documents(stores: Stores, scope: str | None = None, root: str | None = 
 
 def _alias(stores: Stores, session: Session, scope: str) -> str:
     row = session.get(ScopeRow, scope)
-    return row.alias if row is not None else ms.alias_for(stores.settings.collection_prefix, scope)
+    return row.alias if row is not None else alias_for(stores.settings.collection_prefix, scope)
 
 
 def _count(session: Session, model: Any, *where: Any) -> int:
@@ -118,7 +118,7 @@ def _count(session: Session, model: Any, *where: Any) -> int:
 
 
 def _plan_scope(stores: Stores, scope: str) -> ScopeRemoval:
-    client = stores.milvus
+    store = stores.chunks
     with stores.sql.session() as session:
         alias = _alias(stores, session, scope)
         plan = ScopeRemoval(
@@ -128,10 +128,10 @@ def _plan_scope(stores: Stores, scope: str) -> ScopeRemoval:
             l0_entries=_count(session, L0EntryRow, L0EntryRow.kb_scope == scope),
             scope_record=session.get(ScopeRow, scope) is not None,
         )
-    target = ms.alias_target(client, alias)
+    target = store.alias_target(alias)
     plan.alias = alias if target is not None else None
     plan.collections = sorted(
-        name for name in client.list_collections() if name == target or name.startswith(alias + "__")
+        name for name in store.collections() if name == target or name.startswith(alias + "__")
     )
     return plan
 
@@ -146,11 +146,11 @@ def _remove_scope(stores: Stores, plan: ScopeRemoval) -> None:
         session.execute(delete(DocumentRow).where(DocumentRow.kb_scope == scope))
         session.execute(delete(ScopeRow).where(ScopeRow.kb_scope == scope))
     if plan.alias is not None:
-        stores.milvus.drop_alias(plan.alias)
-    existing = set(stores.milvus.list_collections())
+        stores.chunks.drop_alias(plan.alias)
+    existing = set(stores.chunks.collections())
     for name in plan.collections:
         if name in existing:
-            stores.milvus.drop_collection(name)
+            stores.chunks.drop_collection(name)
     plan.done = True
 
 
@@ -218,10 +218,10 @@ def _forget_in_scope(stores: Stores, share: RootRemoval) -> None:
         ).all()
         alias = _alias(stores, session, scope)
     doc_ids = [d for d, _ in docs]
-    target = ms.alias_target(stores.milvus, alias)
+    target = stores.chunks.alias_target(alias)
     if target is not None and doc_ids:
-        ms.delete_docs(stores.milvus, alias, scope, doc_ids)
-        stores.milvus.flush(target)
+        stores.chunks.delete_docs(alias, scope, doc_ids)
+        stores.chunks.flush(target)
     with stores.sql.session() as session, session.begin():
         for i in range(0, len(doc_ids), BATCH):
             batch = doc_ids[i : i + BATCH]

@@ -11,7 +11,6 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from kbflow.core import milvus_store as ms
 from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow
 from kbflow.core.stores import Stores
 
@@ -61,11 +60,11 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
     for row in scopes:
         if row.kb_scope not in counts:
             continue  # no document: nothing to show (nor to find)
-        target = ms.alias_target(stores.milvus, row.alias)
+        target = stores.chunks.alias_target(row.alias)
         chunks = 0
         if target is not None:
-            stores.milvus.load_collection(row.alias)
-            chunks = ms.count_rows(stores.milvus, row.alias, row.kb_scope)
+            stores.chunks.load(row.alias)
+            chunks = stores.chunks.count(row.alias, row.kb_scope)
         n, errors, recorded = counts.get(row.kb_scope, (0, 0, 0))
         out.append(
             ScopeStatus(

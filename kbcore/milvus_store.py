@@ -9,33 +9,27 @@ Every row still carries `kb_scope` and every search filters on it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import secrets
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from pymilvus import DataType, Function, FunctionType, MilvusClient
+from pymilvus import AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker
 
+from kbflow.core.chunk_store import (  # noqa: F401  (the limits are the schema's, re-exported)
+    FIELD_MAX_BYTES,
+    SCALAR_FIELDS,
+    SOURCE_MAX_BYTES,
+    TEXT_MAX_BYTES,
+    WRITE_BATCH,
+    ChunkRow,
+    Scored,
+    alias_for,
+    new_physical_name,
+)
 from kbflow.core.errors import StoreError
-from kbflow.core.validation import doc_key, eq, in_list, validate_scope
+from kbflow.core.validation import doc_key, eq, in_list, validate_category, validate_scope
 
-TEXT_MAX_BYTES = 65535
-SOURCE_MAX_BYTES = 2048  # 512 characters of any script
-# per-field limits (bytes) of the chunk schema; the writer cuts a document's values to them
-FIELD_MAX_BYTES = {
-    "source": SOURCE_MAX_BYTES,
-    "_source": 2048,
-    "category": 512,
-    "breadcrumb": 2048,
-    "title": 2048,
-    "heading_path": 4096,
-    "text": TEXT_MAX_BYTES,
-    "lexical": TEXT_MAX_BYTES,
-}
-WRITE_BATCH = 500
 QUERY_BATCH = 1000
 
 # Parameters accepted by both Milvus Lite and a Milvus server (checked on Lite 3.2.2; the
@@ -44,20 +38,6 @@ ANALYZERS: dict[str, dict[str, Any]] = {
     "standard": {"tokenizer": "standard", "filter": ["lowercase"]},
     "jieba": {"tokenizer": "jieba", "filter": ["lowercase"]},
 }
-
-SCALAR_FIELDS = [
-    "id",
-    "doc_id",
-    "source",
-    "_source",
-    "kb_scope",
-    "category",
-    "breadcrumb",
-    "title",
-    "heading_path",
-    "chunk_index",
-    "text",
-]
 
 
 class StoreUnavailable(StoreError, RuntimeError):
@@ -68,16 +48,6 @@ class StoreUnavailable(StoreError, RuntimeError):
     def __init__(self, message: str, *, held: bool = False, holder: tuple[int, str] | None = None) -> None:
         super().__init__(message)
         self.held, self.holder = held, holder
-
-
-def alias_for(prefix: str, scope: str) -> str:
-    validate_scope(scope)
-    digest = hashlib.sha1(scope.encode()).hexdigest()[:6]
-    return f"{prefix}_{scope.replace('-', '_')}_{digest}"
-
-
-def new_physical_name(alias: str) -> str:
-    return f"{alias}__{datetime.now(UTC):%Y%m%d%H%M%S}_{secrets.token_hex(2)}"
 
 
 def lock_holder(data_dir: str) -> tuple[int, str] | None:
@@ -246,3 +216,109 @@ def read_doc_rows(client: MilvusClient, collection: str, scope: str, doc_ids: Se
 def count_rows(client: MilvusClient, collection: str, scope: str) -> int:
     res = client.query(collection, filter=eq("kb_scope", validate_scope(scope)), output_fields=["count(*)"])
     return int(res[0]["count(*)"]) if res else 0
+
+
+def search_filter(scope: str, category: str | None = None) -> str:
+    """The scope (and category) filter of a search, from validated values."""
+    expr = eq("kb_scope", validate_scope(scope))
+    if category:
+        expr += f" and {eq('category', validate_category(category))}"
+    return expr
+
+
+HIT_FIELDS = [*SCALAR_FIELDS, "dense"]
+
+
+def _scored(res: list) -> Scored:
+    return [(ChunkRow.from_store(h), float(h["distance"])) for h in res]
+
+
+class MilvusChunkStore:
+    """`ChunkStore` on a Milvus client (Milvus Lite file or server): the only code that talks
+    to pymilvus about chunks."""
+
+    def __init__(self, client: MilvusClient) -> None:
+        self.client = client
+
+    def collections(self) -> list[str]:
+        return list(self.client.list_collections())
+
+    def create_collection(self, name: str, dim: int, analyzer: str) -> None:
+        create_collection(self.client, name, dim, analyzer)
+
+    def drop_collection(self, name: str) -> None:
+        self.client.drop_collection(name)
+
+    def alias_target(self, alias: str) -> str | None:
+        return alias_target(self.client, alias)
+
+    def point_alias(self, alias: str, physical: str) -> None:
+        point_alias(self.client, alias, physical)
+
+    def drop_alias(self, alias: str) -> None:
+        self.client.drop_alias(alias)
+
+    def drop_unaliased(self, alias: str, target: str | None = None) -> list[str]:
+        return drop_unaliased(self.client, alias, target)
+
+    def source_capacity(self, collection: str) -> int:
+        return source_capacity(self.client, collection)
+
+    def load(self, collection: str) -> None:
+        self.client.load_collection(collection)
+
+    def flush(self, collection: str) -> None:
+        self.client.flush(collection)
+
+    def upsert(self, collection: str, rows: Sequence[ChunkRow]) -> int:
+        return upsert_rows(self.client, collection, [r.to_store() for r in rows])
+
+    def delete_docs(self, collection: str, scope: str, sources: Sequence[str]) -> None:
+        delete_docs(self.client, collection, scope, sources)
+
+    def delete_chunks_from(self, collection: str, scope: str, doc_id: str, first: int) -> None:
+        delete_chunks_from(self.client, collection, scope, doc_id, first)
+
+    def read_docs(self, collection: str, scope: str, doc_ids: Sequence[str]) -> list[ChunkRow]:
+        return [ChunkRow.from_store(r) for r in read_doc_rows(self.client, collection, scope, doc_ids)]
+
+    def count(self, collection: str, scope: str) -> int:
+        return count_rows(self.client, collection, scope)
+
+    def search(
+        self, collection: str, vector: Sequence[float], *, scope: str, limit: int, category: str | None = None
+    ) -> Scored:
+        params = {"metric_type": "L2", "params": {"ef": max(64, limit * 2)}}
+        res = self.client.search(
+            collection, data=[list(vector)], anns_field="dense", limit=limit,
+            filter=search_filter(scope, category), output_fields=HIT_FIELDS, search_params=params,
+        )[0]
+        return _scored(res)
+
+    def text_search(
+        self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None
+    ) -> Scored:
+        res = self.client.search(
+            collection, data=[text], anns_field="sparse", limit=limit,
+            filter=search_filter(scope, category), output_fields=HIT_FIELDS,
+            search_params={"metric_type": "BM25"},
+        )[0]
+        return _scored(res)
+
+    def hybrid_search(
+        self, collection: str, vector: Sequence[float], text: str, *, scope: str, limit: int, rrf_k: int = 60
+    ) -> Scored:
+        """Both legs fused by the store itself (RRF): the plain baseline kbflow is measured against."""
+        expr = search_filter(scope)
+        dense = {"metric_type": "L2", "params": {"ef": max(64, limit * 2)}}
+        reqs = [
+            AnnSearchRequest(data=[list(vector)], anns_field="dense", limit=limit, expr=expr, param=dense),
+            AnnSearchRequest(data=[text], anns_field="sparse", limit=limit, expr=expr,
+                             param={"metric_type": "BM25"}),
+        ]
+        res = self.client.hybrid_search(collection, reqs, RRFRanker(rrf_k), limit=limit,
+                                        output_fields=SCALAR_FIELDS)[0]
+        return _scored(res)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,15 +1,16 @@
-"""Opens the stores once per process: SQL engine, Milvus client and (lazily) the embedder."""
+"""Opens the stores once per process: SQL engine, chunk store (Milvus) and (lazily) the embedder."""
 
 from __future__ import annotations
 
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
-from pymilvus import MilvusClient
 from sqlalchemy import select
 
 from kbflow.core.announce import announced_endpoint
+from kbflow.core.chunk_store import ChunkStore
 from kbflow.core.embedder import (
     Embedder,
     EmbeddingCache,
@@ -18,7 +19,7 @@ from kbflow.core.embedder import (
     model_id_for,
     split_model_id,
 )
-from kbflow.core.milvus_store import open_client
+from kbflow.core.milvus_store import MilvusChunkStore, open_client
 from kbflow.core.settings import Settings
 from kbflow.core.sql import ScopeRow, SqlStore
 
@@ -27,7 +28,7 @@ from kbflow.core.sql import ScopeRow, SqlStore
 class Stores:
     settings: Settings
     sql: SqlStore
-    milvus: MilvusClient
+    chunks: ChunkStore
     _embedder: Embedder | None = field(default=None, repr=False)
 
     @property
@@ -44,12 +45,17 @@ class Stores:
         return self._embedder
 
     @property
+    def milvus(self) -> Any:
+        """The raw Milvus client behind the chunk store (for the core and tests that inspect it)."""
+        return self.chunks.client  # type: ignore[attr-defined]
+
+    @property
     def embedding_cache(self) -> EmbeddingCache:
         return EmbeddingCache(self.sql, self.embedder, ingest_threads(self.settings))
 
     def close(self) -> None:
         self.sql.dispose()
-        self.milvus.close()
+        self.chunks.close()
 
 
 _lock = threading.Lock()
@@ -68,7 +74,7 @@ def keep_home_backend(stores: Stores) -> Stores:
     backends = {split_model_id(m)[1] for m in built if base_model_id(m) == model}
     if len(backends) != 1 or s.embedding_backend in backends:
         return stores
-    return Stores(s.model_copy(update={"embedding_backend": backends.pop()}), stores.sql, stores.milvus)
+    return Stores(s.model_copy(update={"embedding_backend": backends.pop()}), stores.sql, stores.chunks)
 
 
 def ingest_threads(settings: Settings) -> int:
@@ -110,11 +116,11 @@ def open_stores(settings: Settings) -> Stores:
             stores = Stores(
                 settings=settings,
                 sql=SqlStore(settings.resolved_database_url),
-                milvus=open_client(settings.resolved_milvus_uri, settings.milvus_token),
+                chunks=MilvusChunkStore(open_client(settings.resolved_milvus_uri, settings.milvus_token)),
             )
             _open[key] = stores
         elif stores.settings is not settings:
-            stores = Stores(settings, stores.sql, stores.milvus)  # embedders are cached by get_embedder
+            stores = Stores(settings, stores.sql, stores.chunks)  # embedders are cached by get_embedder
         return stores
 
 

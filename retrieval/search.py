@@ -15,18 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from pymilvus import MilvusClient
 
-from kbflow.core import milvus_store as ms
-from kbflow.core.analysis import LexicalConfig
-from kbflow.core.validation import eq, validate_category, validate_scope
+from kbflow.core.analysis import LexicalConfig, has_cjk
+from kbflow.core.chunk_store import ChunkRow, ChunkStore
 from kbflow.retrieval.contracts import Hit
 from kbflow.retrieval.fusion import convex, rrf
 from kbflow.retrieval.gate import coverage, query_terms
-from kbflow.retrieval.quality import has_cjk
-
-OUTPUT_FIELDS = ms.SCALAR_FIELDS
-HIT_FIELDS = [*OUTPUT_FIELDS, "dense"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +30,6 @@ class ScopeTarget:
     model_id: str
     quality_signal: str = "dense"  # "lexical" where the model cannot embed the scope's language
     lexical: LexicalConfig | None = None  # None: built before kbflow analysed text (raw BM25)
-    field: str = "sparse"
 
 
 @dataclass(frozen=True)
@@ -53,38 +46,30 @@ class SearchSpec:
 
 @dataclass
 class Leg:
-    """One leg's hits, best first: raw Milvus rows and their scores."""
+    """One leg's hits, best first, and their scores."""
 
-    rows: list[dict]
+    rows: list[ChunkRow]
     scores: list[float]
 
 
-def _expr(scope: str, category: str | None) -> str:
-    expr = eq("kb_scope", validate_scope(scope))
-    if category:
-        expr += f" and {eq('category', validate_category(category))}"
-    return expr
+def _leg(scored: list[tuple[ChunkRow, float]]) -> Leg:
+    return Leg([r for r, _ in scored], [score for _, score in scored])
 
 
-def _entity(raw: dict) -> dict:
-    return raw.get("entity", raw)
-
-
-def _to_hit(raw: dict, rank: int, score: float, label: str) -> Hit:
-    e = _entity(raw)
+def _to_hit(row: ChunkRow, rank: int, score: float, label: str) -> Hit:
     return Hit(
-        # Milvus keys rows by doc_key(source); people and agents see the source as written
-        evidence_key=f"{e['source']}#{int(e.get('chunk_index', 0))}",
-        doc_id=e["source"],
-        kb_scope=e["kb_scope"],
-        source=e["source"],
-        source_path=e.get("_source", ""),
-        title=e.get("title", ""),
-        breadcrumb=e.get("breadcrumb", ""),
-        category=e.get("category", ""),
-        heading_path=e.get("heading_path", ""),
-        chunk_index=int(e.get("chunk_index", 0)),
-        content=e.get("text", ""),
+        # the store keys rows by doc_key(source); people and agents see the source as written
+        evidence_key=f"{row.source}#{row.chunk_index}",
+        doc_id=row.source,
+        kb_scope=row.kb_scope,
+        source=row.source,
+        source_path=row.source_path,
+        title=row.title,
+        breadcrumb=row.breadcrumb,
+        category=row.category,
+        heading_path=row.heading_path,
+        chunk_index=row.chunk_index,
+        content=row.text,
         original_rank=rank,
         score=float(score),
         score_label=label,
@@ -101,7 +86,7 @@ _LEGS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kbflow-bm25-leg")
 
 
 def run_legs(
-    client: MilvusClient,
+    store: ChunkStore,
     target: ScopeTarget,
     query: str,
     vector: np.ndarray,
@@ -109,28 +94,15 @@ def run_legs(
     category: str | None,
 ) -> tuple[Leg, Leg]:
     """The dense leg and the BM25 leg (empty in dense mode, or when analysis leaves no term)."""
-    expr = _expr(target.kb_scope, category)
-
-    def search(data: list, field: str, params: dict) -> Leg:
-        res = client.search(
-            target.alias,
-            data=data,
-            anns_field=field,
-            limit=spec.limit,
-            filter=expr,
-            output_fields=HIT_FIELDS,
-            search_params=params,
-        )[0]
-        return Leg(list(res), [float(h["distance"]) for h in res])
-
-    dense_params = {"metric_type": "L2", "params": {"ef": max(64, spec.limit * 2)}}
+    where = {"scope": target.kb_scope, "limit": spec.limit, "category": category}
+    dense_vector = vector.tolist()
     text = target.lexical.query_text(query) if target.lexical else query
     if spec.mode == "dense" or not text.strip():
-        return search([vector.tolist()], "dense", dense_params), Leg([], [])
+        return _leg(store.search(target.alias, dense_vector, **where)), Leg([], [])
     # the legs are two round trips that wait on the store, not on us: send them together
-    sparse = _LEGS.submit(search, [text], target.field, {"metric_type": "BM25"})
-    dense = search([vector.tolist()], "dense", dense_params)
-    return dense, sparse.result()
+    sparse = _LEGS.submit(store.text_search, target.alias, text, **where)
+    dense = store.search(target.alias, dense_vector, **where)
+    return _leg(dense), _leg(sparse.result())
 
 
 TRUST_TOP = 5  # BM25 hits whose query-term coverage sets the leg's trust
@@ -145,29 +117,28 @@ def lexical_trust(query: str, sparse: Leg) -> float:
     long natural-language queries, whose best hits cover only part of them, at full weight."""
     terms = query_terms(query)
     best = 0.0
-    for h in sparse.rows[:TRUST_TOP]:
-        e = _entity(h)
-        share = coverage(terms, e.get("title", ""), e.get("breadcrumb", ""), e.get("text", ""))
+    for row in sparse.rows[:TRUST_TOP]:
+        share = coverage(terms, row.title, row.breadcrumb, row.text)
         best = max(best, share, min(1.0, share * len(terms) / TRUST_TERMS))
     return best
 
 
 def fuse_legs(
     dense: Leg, sparse: Leg, vector: np.ndarray, spec: SearchSpec, query: str = ""
-) -> list[tuple[dict, float, int | None, int | None, float | None]]:
+) -> list[tuple[ChunkRow, float, int | None, int | None, float | None]]:
     """(row, fused score, dense rank, BM25 rank, BM25 score magnitude) best first."""
     # Chinese text is cut by jieba inside Milvus, not by our analysis: coverage cannot judge it
     judge = spec.lexical_trust and sparse.rows and not has_cjk(query)
     trust = lexical_trust(query, sparse) if judge else 1.0
-    by_id: dict[str, dict] = {}
-    for h in [*sparse.rows, *dense.rows]:
-        by_id[_entity(h)["id"]] = h
-    dense_ids = [_entity(h)["id"] for h in dense.rows]
-    sparse_ids = [_entity(h)["id"] for h in sparse.rows]
+    by_id: dict[str, ChunkRow] = {}
+    for row in [*sparse.rows, *dense.rows]:
+        by_id[row.id] = row
+    dense_ids = [row.id for row in dense.rows]
+    sparse_ids = [row.id for row in sparse.rows]
     if spec.mode == "dense":
         fused = [(i, -d) for i, d in zip(dense_ids, dense.scores, strict=True)]
     elif spec.fusion == "convex":
-        cosine = {i: 1.0 - squared_l2(_entity(by_id[i])["dense"], vector) / 2.0 for i in by_id}
+        cosine = {i: 1.0 - squared_l2(by_id[i].dense, vector) / 2.0 for i in by_id}
         # BM25 scores come back negative from Milvus Lite and positive from a server: use the
         # magnitude, whose order is the leg's order on both
         fused = convex(
@@ -191,7 +162,7 @@ def _alpha(spec: SearchSpec, trust: float) -> float:
 
 
 def search_attempt(
-    client: MilvusClient,
+    store: ChunkStore,
     targets: Sequence[ScopeTarget],
     query: str,
     vectors: dict[str, np.ndarray],
@@ -199,10 +170,10 @@ def search_attempt(
     category: str | None,
 ) -> list[Hit]:
     """Search every target scope and merge into one ranked list (originalRank from 1)."""
-    merged: list[tuple[dict, float, int | None, int | None, float | None, ScopeTarget]] = []
+    merged: list[tuple[ChunkRow, float, int | None, int | None, float | None, ScopeTarget]] = []
     for target in targets:
         vector = vectors[target.model_id]
-        dense, sparse = run_legs(client, target, query, vector, spec, category)
+        dense, sparse = run_legs(store, target, query, vector, spec, category)
         merged += [(*f, target) for f in fuse_legs(dense, sparse, vector, spec, query)]
     merged.sort(key=lambda t: -t[1])
     label = "dense" if spec.mode == "dense" else "hybrid"
@@ -211,7 +182,7 @@ def search_attempt(
         hit = _to_hit(raw, rank, -score if spec.mode == "dense" else score, label)  # dense: L2
         # every candidate carries its stored vector (requested as an output field), so its
         # distance is exact whichever leg found it, at no extra round trip
-        hit.dense_distance = squared_l2(_entity(raw)["dense"], vectors[target.model_id])
+        hit.dense_distance = squared_l2(raw.dense, vectors[target.model_id])
         hit.dense_rank, hit.sparse_rank, hit.sparse_score = d_rank, s_rank, s_score
         hit.quality_signal = target.quality_signal
         hits.append(hit)

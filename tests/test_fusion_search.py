@@ -67,12 +67,15 @@ def test_convex_combination_of_min_max_scores():
 
 
 def _leg(*texts: str):
+    from kbflow.core.chunk_store import ChunkRow
     from kbflow.retrieval.search import Leg
 
-    return Leg(
-        [{"id": f"d{i}", "title": "", "breadcrumb": "", "text": t} for i, t in enumerate(texts)],
-        [1.0] * len(texts),
-    )
+    rows = [
+        ChunkRow(id=f"d{i}", doc_id=f"d{i}", source=f"d{i}", source_path="", kb_scope="s", category="",
+                 breadcrumb="", title="", heading_path="", chunk_index=0, text=t)
+        for i, t in enumerate(texts)
+    ]
+    return Leg(rows, [1.0] * len(texts))
 
 
 def test_lexical_trust_follows_how_much_of_the_query_bm25_found():
