@@ -1,5 +1,8 @@
-"""Prefect `reindex` flow: the same `ingest.reindex` code, one retried task per scope.
+"""Prefect `reindex` flow: the library's stages as tasks, so a run shows them one by one.
 
+`scan` reads the roots; then per scope `plan` diffs the scan against the records and `apply`
+writes the plan (each retried on transient errors only: a lost connection, a busy database).
+A retried apply starts from the same plan; the scope lock keeps the records as planned.
 Run it with `kbflow reindex PATH... --prefect [--scope S] [--full]`, or as a deployment
 (`kbflow serve-flows --reindex ROOT@CRON`).
 The run ends Failed (with the summary as its result and artifact) when any document failed.
@@ -22,8 +25,19 @@ from prefect.states import Completed, Failed, State
 from kbflow.core.settings import Settings
 from kbflow.core.stores import Stores, is_transient, keep_home_backend, open_stores
 from kbflow.flows.common import summary_markdown
-from kbflow.ingest.reindex import ReindexSummary, index_scope, reindex
-from kbflow.ingest.sources import ScanResult
+from kbflow.ingest.planning import ScopePlan
+from kbflow.ingest.reindex import (
+    ReindexRun,
+    ReindexSummary,
+    ScopeSummary,
+    apply_plan,
+    finish,
+    locked,
+    plan,
+    settle,
+    start,
+)
+from kbflow.ingest.sources import Failure, ScanResult
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -36,18 +50,35 @@ def _retry_transient(_task: Any, _run: Any, state: State) -> bool:
     return False
 
 
-@task(
-    name="index-scope",
-    retries=3,
-    retry_delay_seconds=[2, 10, 30],
-    retry_condition_fn=_retry_transient,
-    cache_policy=NO_CACHE,
-)
-def index_scope_task(
-    stores: Stores, scope: str, scan_result: ScanResult, *, full: bool, progress: Any = None
-):
-    """Plan + apply one scope. Planning rereads the record table, so a retry converges.
-    `progress` is the run's own callback (it keeps the scope locks' heartbeat going)."""
+TRANSIENT = {
+    "retries": 3,
+    "retry_delay_seconds": [2, 10, 30],
+    "retry_condition_fn": _retry_transient,
+    "cache_policy": NO_CACHE,
+}
+
+
+@task(name="scan", **TRANSIENT)
+def scan_task(
+    roots: list[str], scope: str | None, full: bool, stores: Stores, allow_mass_delete: bool
+) -> ReindexRun:
+    """Read the roots and name the scopes to visit; nothing is written."""
+    return start(roots, scope=scope, full=full, stores=stores, allow_mass_delete=allow_mass_delete)
+
+
+@task(name="plan", task_run_name="plan-{scope}", **TRANSIENT)
+def plan_task(stores: Stores, scope: str, scan: ScanResult) -> ScopePlan:
+    """What each document of the scope needs, from the records read afresh."""
+    return plan(stores, scope, scan)
+
+
+@task(name="apply", task_run_name="apply-{scope_plan.kb_scope}", **TRANSIENT)
+def apply_task(
+    stores: Stores, scope_plan: ScopePlan, *, full: bool, progress: Any = None
+) -> tuple[ScopeSummary, list[Failure]]:
+    """Write the plan. Progress goes to the run's logs and a progress artifact, and on to the
+    run's callback (which keeps the scope locks alive on long runs)."""
+    scope = scope_plan.kb_scope
     logger = get_run_logger()
     artifact_id = create_progress_artifact(progress=0.0, key=None, description=f"reindex scope {scope}")
     last_logged: dict[str, int] = {}
@@ -62,7 +93,7 @@ def index_scope_task(
         if progress is not None:
             progress(stage, done, total)
 
-    result = index_scope(stores, scope, scan_result, full=full, progress=report)
+    result = apply_plan(stores, scope_plan, full=full, progress=report)
     update_progress_artifact(artifact_id, progress=100.0)
     return result
 
@@ -100,6 +131,27 @@ def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
     return encode
 
 
+def _run_scopes(run: ReindexRun, parallel: bool) -> None:
+    """Plan and apply every scope under the run's locks. With `parallel`, apply runs in the
+    flow itself and only its embedding batches are tasks (a task cannot fan out to the flow's
+    task runner)."""
+    encoder = fan_out_encoder(run.stores.settings) if parallel else None
+    if parallel:
+        _ = run.stores.embedder  # an ONNX backend is exported here once, before workers read it
+    with locked(run, None) as heartbeat:
+        for scope in run.scopes:
+            try:
+                scope_plan = plan_task(run.stores, scope, run.scan)
+                if parallel:
+                    outcome = apply_plan(run.stores, scope_plan, full=run.full, progress=heartbeat,
+                                         encoder=encoder)
+                else:
+                    outcome = apply_task(run.stores, scope_plan, full=run.full, progress=heartbeat)
+            except Exception as exc:  # reported against the scope; the other scopes go on
+                outcome = exc
+            settle(run, scope, outcome)
+
+
 def _reindex(
     roots: list[str],
     scope: str | None,
@@ -108,37 +160,22 @@ def _reindex(
     parallel: bool,
     allow_mass_delete: bool = False,
 ) -> State:
-    logger = get_run_logger()
     stores = keep_home_backend(open_stores(Settings(**({"home": home} if home else {}))))
-    settings = stores.settings
-
-    if parallel:
-        _ = stores.embedder  # an ONNX backend is exported here once, before workers read it
-        encoder = fan_out_encoder(settings)
-
-        def run_scope(*args: Any, **kwargs: Any):
-            # in the flow's process (the stores stay here); only embedding batches travel
-            return index_scope(*args, **kwargs, encoder=encoder)
-    else:
-
-        def run_scope(*args: Any, **kwargs: Any):
-            # the task reports progress to the run's logs and a progress artifact, and passes
-            # it on to the run's callback, which heartbeats the scope locks on long runs
-            return index_scope_task(*args, **kwargs)
-
-    summary: ReindexSummary = reindex(
-        roots,
-        scope=scope,
-        full=full,
-        settings=settings,
-        stores=stores,
-        scope_runner=run_scope,
-        allow_mass_delete=allow_mass_delete,
-    )
+    run = scan_task(roots, scope, full, stores, allow_mass_delete)
+    _run_scopes(run, parallel)
+    summary = finish(run)
     create_markdown_artifact(
         key="reindex-summary", markdown=summary_markdown(summary), description="kbflow reindex summary"
     )
+    _log_summary(summary)
     data = summary.to_dict()
+    if not summary.ok:
+        return Failed(message=f"{len(summary.failed)} document(s) failed; the rest were indexed", data=data)
+    return Completed(message="reindex complete", data=data)
+
+
+def _log_summary(summary: ReindexSummary) -> None:
+    logger = get_run_logger()
     logger.info(
         "reindex %s: %d added, %d updated, %d unchanged, %d removed, %d failed, %d chunks embedded",
         summary.mode,
@@ -149,11 +186,8 @@ def _reindex(
         len(summary.failed),
         summary.chunks_embedded,
     )
-    if not summary.ok:
-        for f in summary.failed:
-            logger.error("failed: %s: %s", f["path"], f["reason"])
-        return Failed(message=f"{len(summary.failed)} document(s) failed; the rest were indexed", data=data)
-    return Completed(message="reindex complete", data=data)
+    for f in summary.failed:
+        logger.error("failed: %s: %s", f["path"], f["reason"])
 
 
 @flow(name="reindex")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlalchemy import select
@@ -36,18 +36,45 @@ class ScopePlan:
     failures: list[Failure] = field(default_factory=list)  # reported against files or roots
     abandoned: list[str] = field(default_factory=list)  # new documents the store refused
 
+    def copy(self) -> ScopePlan:
+        """A plan to apply: applying edits its lists, and a retried apply starts from the plan."""
+        return replace(
+            self,
+            docs=list(self.docs), to_write=list(self.to_write), unchanged=list(self.unchanged),
+            stale=list(self.stale), protected=list(self.protected), keep=list(self.keep),
+            failures=list(self.failures), abandoned=list(self.abandoned),
+        )
+
+    def refuse(self, refused: dict[str, str]) -> None:
+        """Documents the store refused fail alone: reported with their path, last good version kept."""
+        for doc in [d for d in self.docs if d.doc_id in refused]:
+            self.failures.append(Failure(str(doc.path), refused[doc.doc_id]))
+            old = self.existing.get(doc.doc_id)
+            if old is not None:
+                self.protected.append((old, refused[doc.doc_id]))
+            else:
+                self.abandoned.append(doc.doc_id)
+        self.docs = [d for d in self.docs if d.doc_id not in refused]
+        self.to_write = [d for d in self.to_write if d.doc_id not in refused]
+
+
+def read_records(session: Session, scope: str) -> list[DocumentRow]:
+    """The scope's record rows: what `plan_scope` diffs the scan against."""
+    return list(session.scalars(select(DocumentRow).where(DocumentRow.kb_scope == scope)).all())
+
 
 def plan_scope(
-    session: Session,
+    records: Sequence[DocumentRow],
     scope: str,
     scan: ScanResult,
     settings: Settings,
-    roots: Sequence[str],
     p_hash: str,
 ) -> ScopePlan:
-    """The plan; `plan.failures` holds what it refused (a source claimed by two files, a
-    deletion the guards stopped)."""
-    rows = session.scalars(select(DocumentRow).where(DocumentRow.kb_scope == scope)).all()
+    """The diff of the scan against the scope's records; no store is read or written (the
+    filesystem is asked only whether a recorded file or root still exists, to tell a move from a
+    deletion). `plan.failures` holds what it refused (a source claimed by two files, a deletion
+    the guards stopped)."""
+    rows, roots = records, scan.roots
     existing = {r.doc_id: r for r in rows}
     failures: list[Failure] = []
     docs, to_write, unchanged = [], [], []

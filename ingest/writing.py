@@ -1,5 +1,5 @@
-"""Turn a document's chunks into Milvus rows that fit the schema, and write them so that one
-document the store refuses fails alone.
+"""Turn a document's chunks into `ChunkRow`s that fit the store's schema, and write them so that
+one document the store refuses fails alone.
 
 Every field with a store limit is cut per document before the write (UTF-8 bytes, never inside
 a character) and the cut is reported as a warning naming the field; a batch the store still
@@ -11,14 +11,59 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbflow.core import milvus_store as ms
 from kbflow.core.analysis import LexicalConfig
-from kbflow.core.stores import is_transient
+from kbflow.core.chunk_store import FIELD_MAX_BYTES, TEXT_MAX_BYTES, WRITE_BATCH, ChunkRow, ChunkStore
+from kbflow.core.embedder import EmbedStats
+from kbflow.core.stores import Stores, is_transient
 from kbflow.core.validation import doc_key
-from kbflow.ingest.chunking import Chunk
+from kbflow.ingest.chunking import Chunk, chunk_markdown
 from kbflow.ingest.parsing import ParsedDocument
 
-Progress = Callable[[str, int, int], None]
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+Encoder = Callable[[list[str]], Any]  # texts -> normalized vectors (an alternative to the local model)
+
+
+def embed_documents(
+    stores: Stores,
+    docs: Sequence[ParsedDocument],
+    stats: EmbedStats,
+    progress: Progress | None = None,
+    encoder: Encoder | None = None,
+) -> tuple[dict[str, list[Chunk]], dict[str, Any]]:
+    """Chunk every document and embed its chunks (through the cache): (chunks, vectors) by doc_id."""
+    s = stores.settings
+    chunks = {d.doc_id: chunk_markdown(d.body, s.chunk_max_chars, s.chunk_overlap_chars) for d in docs}
+    texts = [c.text for d in docs for c in chunks[d.doc_id]]
+    total, done = len(texts), 0
+
+    def on_batch(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress("embed", done, total)
+
+    vectors = stores.embedding_cache.embed(texts, stats, on_batch, encoder) if texts else []
+    by_doc, i = {}, 0
+    for d in docs:
+        n = len(chunks[d.doc_id])
+        by_doc[d.doc_id] = vectors[i : i + n]
+        i += n
+    return chunks, by_doc
+
+
+def build_rows(
+    docs: Sequence[ParsedDocument],
+    chunks: dict[str, list[Chunk]],
+    vectors: dict[str, Any],
+    lexical: LexicalConfig,
+    warnings: list[dict[str, str]],
+) -> dict[str, list[ChunkRow]]:
+    """Every document's rows by doc_id; a field cut to fit is added to `warnings` with its path."""
+    by_doc = {}
+    for d in docs:
+        by_doc[d.doc_id], cuts = chunk_rows(d, chunks[d.doc_id], vectors[d.doc_id], lexical)
+        warnings.extend({"path": str(d.path), "reason": w} for w in cuts)
+    return by_doc
 
 
 def fit_bytes(text: str, limit: int) -> str:
@@ -27,7 +72,7 @@ def fit_bytes(text: str, limit: int) -> str:
 
 
 def _fit(value: str, name: str, cuts: dict[str, int]) -> str:
-    limit = ms.FIELD_MAX_BYTES[name]
+    limit = FIELD_MAX_BYTES[name]
     size = len(value.encode("utf-8"))
     if size > limit:
         cuts[name] = max(cuts.get(name, 0), size)
@@ -37,56 +82,49 @@ def _fit(value: str, name: str, cuts: dict[str, int]) -> str:
 
 def chunk_rows(
     doc: ParsedDocument, chunks: Sequence[Chunk], vectors: Any, lexical: LexicalConfig
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[ChunkRow], list[str]]:
     """The document's rows and a warning per field that had to be cut to the store's limit."""
     cuts: dict[str, int] = {}
     key = doc_key(doc.doc_id)
-    title = _fit(doc.title, "title", cuts)
-    breadcrumb = _fit(doc.breadcrumb_text, "breadcrumb", cuts)
     common = {
         "doc_id": key,
         "source": _fit(doc.doc_id, "source", cuts),
-        "_source": _fit(doc.rel_path, "_source", cuts),
+        "source_path": _fit(doc.rel_path, "_source", cuts),
         "kb_scope": doc.kb_scope,
         "category": _fit(doc.category, "category", cuts),
-        "breadcrumb": breadcrumb,
-        "title": title,
+        "breadcrumb": _fit(doc.breadcrumb_text, "breadcrumb", cuts),
+        "title": _fit(doc.title, "title", cuts),
     }
     rows = [
-        {
+        ChunkRow(
             **common,
-            "id": f"{key}#{c.index}",
-            "heading_path": _fit(c.heading_text, "heading_path", cuts),
-            "chunk_index": c.index,
-            "text": _fit(c.text, "text", cuts),
-            "lexical": fit_bytes(
-                lexical.index_text(doc.title, doc.breadcrumb_text, c.text), ms.TEXT_MAX_BYTES
-            ),
-            "dense": [float(x) for x in v],
-        }
+            id=f"{key}#{c.index}",
+            heading_path=_fit(c.heading_text, "heading_path", cuts),
+            chunk_index=c.index,
+            text=_fit(c.text, "text", cuts),
+            lexical=fit_bytes(lexical.index_text(doc.title, doc.breadcrumb_text, c.text), TEXT_MAX_BYTES),
+            dense=[float(x) for x in v],
+        )
         for c, v in zip(chunks, vectors, strict=True)
     ]
     warnings = [
-        f"{name} is {size} bytes, over the store's {ms.FIELD_MAX_BYTES[name]}: cut to fit"
+        f"{name} is {size} bytes, over the store's {FIELD_MAX_BYTES[name]}: cut to fit"
         for name, size in sorted(cuts.items())
     ]
     return rows, warnings
 
 
-def relex(rows: list[dict[str, Any]], lexical: LexicalConfig) -> list[dict[str, Any]]:
+def relex(rows: list[ChunkRow], lexical: LexicalConfig) -> list[ChunkRow]:
     """Rows copied from another collection get their lexical text under this build's analysis."""
     for row in rows:
-        row["lexical"] = fit_bytes(
-            lexical.index_text(row.get("title", ""), row.get("breadcrumb", ""), row.get("text", "")),
-            ms.TEXT_MAX_BYTES,
-        )
+        row.lexical = fit_bytes(lexical.index_text(row.title, row.breadcrumb, row.text), TEXT_MAX_BYTES)
     return rows
 
 
 def write_documents(
-    client: Any,
+    store: ChunkStore,
     collection: str,
-    rows_by_doc: dict[str, list[dict[str, Any]]],
+    rows_by_doc: dict[str, list[ChunkRow]],
     progress: Progress | None = None,
 ) -> dict[str, str]:
     """Upsert every document's rows in batches; returns {doc_id: reason} for the documents the
@@ -99,14 +137,14 @@ def write_documents(
     def flush() -> None:
         nonlocal done
         if batch:
-            refused.update(_upsert_batch(client, collection, {d: rows_by_doc[d] for d in batch}))
+            refused.update(_upsert_batch(store, collection, {d: rows_by_doc[d] for d in batch}))
             done += sum(len(rows_by_doc[d]) for d in batch)
             if progress:
                 progress("write", done, total)
             batch.clear()
 
     for doc_id, rows in rows_by_doc.items():
-        if size + len(rows) > ms.WRITE_BATCH:
+        if size + len(rows) > WRITE_BATCH:
             flush()
             size = 0
         batch.append(doc_id)
@@ -115,9 +153,9 @@ def write_documents(
     return refused
 
 
-def _upsert_batch(client: Any, collection: str, docs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+def _upsert_batch(store: ChunkStore, collection: str, docs: dict[str, list[ChunkRow]]) -> dict[str, str]:
     try:
-        ms.upsert_rows(client, collection, [r for rows in docs.values() for r in rows])
+        store.upsert(collection, [r for rows in docs.values() for r in rows])
         return {}
     except Exception as exc:
         if is_transient(exc):
@@ -127,7 +165,7 @@ def _upsert_batch(client: Any, collection: str, docs: dict[str, list[dict[str, A
     refused: dict[str, str] = {}
     for doc_id, rows in docs.items():
         try:
-            ms.upsert_rows(client, collection, rows)
+            store.upsert(collection, rows)
         except Exception as exc:
             if is_transient(exc):
                 raise

@@ -79,3 +79,34 @@ def test_eval_flows_and_their_deployments(tmp_path, harness):
     )
     crons = {d["deployment"]: d["cron"] for d in deployments_summary(home)}
     assert crons == {"kbflow-eval-corpus-refresh": "0 5 * * *", "kbflow-eval": "0 6 * * *"}
+
+
+def test_flow_runs_scan_plan_and_apply_as_tasks_and_retries_a_transient_error(tmp_path, harness, monkeypatch):
+    import asyncio
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    import kbflow.flows.reindex as flow_module
+
+    docs = tmp_path / "docs"
+    write_doc(docs, "a.md", source="doc-a", scope="staged", body="# A\n\n## S\n\nAlpha text.\n")
+    real, calls = flow_module.apply_plan, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("milvus went away")  # transient: the apply task is retried
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flow_module, "apply_plan", flaky)
+    state = reindex_flow([str(docs)], home=str(tmp_path / "home"), return_state=True)
+    assert state.is_completed() and state.result()["added"] == 1 and len(calls) == 2
+
+    async def task_runs():
+        flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+        async with get_client() as client:
+            return await client.read_task_runs(flow_run_filter=flow_run)
+
+    runs = {r.name: r for r in asyncio.run(task_runs())}
+    assert {"plan-staged", "apply-staged"} <= set(runs) and any(n.startswith("scan") for n in runs)
+    assert runs["apply-staged"].run_count == 2 and runs["plan-staged"].run_count == 1

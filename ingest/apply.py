@@ -1,0 +1,95 @@
+"""Apply a scope's plan to the stores, document by document (incremental mode).
+
+Writes are bracketed by record status: `writing` before the store is touched, `indexed` after,
+so a rerun after a crash redoes exactly the interrupted documents and converges. A changed
+document has exactly its chunks replaced; a removed one loses its chunks, L0 entry and record.
+A scope with no collection yet, or built under another analysis, is rebuilt instead (`rebuild`).
+"""
+
+from __future__ import annotations
+
+from kbflow.core.chunk_store import SOURCE_MAX_BYTES, alias_for
+from kbflow.core.embedder import EmbedStats, model_id_for
+from kbflow.core.sql import ScopeRow, utcnow
+from kbflow.core.stores import Stores
+from kbflow.ingest.planning import ScopePlan
+from kbflow.ingest.rebuild import rebuild
+from kbflow.ingest.records import finish_records, mark_writing, upsert_scope_row
+from kbflow.ingest.scope_config import check_scope_config, lexical_config, pipeline_hash
+from kbflow.ingest.sources import Failure
+from kbflow.ingest.summary import ScopeSummary, count_plan
+from kbflow.ingest.writing import Encoder, Progress, build_rows, embed_documents, write_documents
+
+
+def apply_plan(
+    stores: Stores,
+    plan: ScopePlan,
+    *,
+    full: bool,
+    progress: Progress | None = None,
+    encoder: Encoder | None = None,
+) -> tuple[ScopeSummary, list[Failure]]:
+    """Apply a copy of the plan, so a retried apply starts from the same plan (the scope lock
+    keeps the records as planned). Returns the scope's summary and what failed."""
+    plan = plan.copy()
+    apply = rebuild if full else apply_incremental
+    return apply(stores, plan, progress, encoder), plan.failures
+
+
+def apply_incremental(
+    stores: Stores, plan: ScopePlan, progress: Progress | None = None, encoder: Encoder | None = None
+) -> ScopeSummary:
+    s, store, scope = stores.settings, stores.chunks, plan.kb_scope
+    alias = alias_for(s.collection_prefix, scope)
+    target = store.alias_target(alias)
+    model_id = model_id_for(s.embedding_model, s.embedding_backend)
+    with stores.sql.session() as session:
+        scope_row = session.get(ScopeRow, scope)
+    if target is None or scope_row is None:
+        if not plan.docs and not plan.existing:
+            return ScopeSummary(kb_scope=scope, collection=alias)
+        return rebuild(stores, plan, progress, encoder)  # no collection yet (or it was lost)
+    check_scope_config(s, scope, scope_row, model_id)
+    store.drop_unaliased(alias, target)  # a killed rebuild's half-built collection: never served
+    lexical = lexical_config(s, scope_row.analyzer)
+    if scope_row.analysis != lexical.version or store.source_capacity(target) < SOURCE_MAX_BYTES:
+        # built under another analysis, or before free-text sources: a rebuild is the only way
+        # to change that; the embedding cache means nothing is embedded again
+        return rebuild(stores, plan, progress, encoder)
+    summary = ScopeSummary(
+        kb_scope=scope, collection=alias, analyzer=scope_row.analyzer, physical_collection=target
+    )
+    store.load(alias)
+    p_hash, stats = pipeline_hash(s), EmbedStats()
+    chunks, vectors = embed_documents(stores, plan.to_write, stats, progress, encoder)
+    summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
+    if plan.to_write:
+        with stores.sql.session() as session, session.begin():
+            mark_writing(session, plan, chunks, p_hash)
+    rows = build_rows(plan.to_write, chunks, vectors, lexical, summary.warnings)
+    plan.refuse(write_documents(store, alias, rows, progress))
+    summary.chunks_written = sum(len(rows[d.doc_id]) for d in plan.to_write)
+    _delete_leftovers(stores, plan, alias, {d: len(c) for d, c in chunks.items()})
+    if rows or plan.stale:
+        store.flush(target)
+    with stores.sql.session() as session, session.begin():
+        finish_records(session, plan, plan.to_write, chunks, p_hash)
+        if scope_row.physical_collection != target:
+            upsert_scope_row(
+                session, scope, alias, target, scope_row.analyzer, model_id, scope_row.dim, lexical.version
+            )
+        elif plan.to_write or plan.stale:
+            session.get(ScopeRow, scope).updated_at = utcnow()  # `status` shows when it last changed
+    count_plan(summary, plan)
+    return summary
+
+
+def _delete_leftovers(stores: Stores, plan: ScopePlan, alias: str, n_chunks: dict[str, int]) -> None:
+    """Chunks of a longer (or interrupted) earlier version, and every chunk of removed documents."""
+    store, scope = stores.chunks, plan.kb_scope
+    for doc in plan.to_write:
+        old, n = plan.existing.get(doc.doc_id), n_chunks[doc.doc_id]
+        if old is not None and (old.status == "writing" or old.chunk_count > n):
+            store.delete_chunks_from(alias, scope, doc.doc_id, n)
+    if plan.stale:
+        store.delete_docs(alias, scope, [r.doc_id for r in plan.stale])

@@ -1,0 +1,73 @@
+"""Full mode: build a scope's collection anew and move its alias, so lookups never see a
+half-built index.
+
+A new physical collection gets this run's documents, plus a copy of what this run does not own
+(other roots, files that failed this time, re-analysed under this build's analysis); then the
+alias moves and the old collection is dropped. If anything fails before the alias moves, the new
+collection is dropped and the served one is untouched.
+"""
+
+from __future__ import annotations
+
+from kbflow.core.chunk_store import alias_for, new_physical_name
+from kbflow.core.embedder import EmbedStats
+from kbflow.core.sql import ScopeRow
+from kbflow.core.stores import Stores
+from kbflow.ingest.planning import ScopePlan
+from kbflow.ingest.records import finish_records, upsert_scope_row
+from kbflow.ingest.scope_config import choose_analyzer, lexical_config, pipeline_hash
+from kbflow.ingest.summary import ScopeSummary, count_plan
+from kbflow.ingest.writing import Encoder, Progress, build_rows, embed_documents, relex, write_documents
+
+
+def rebuild(
+    stores: Stores, plan: ScopePlan, progress: Progress | None = None, encoder: Encoder | None = None
+) -> ScopeSummary:
+    s, store, scope = stores.settings, stores.chunks, plan.kb_scope
+    alias = alias_for(s.collection_prefix, scope)
+    with stores.sql.session() as session:
+        scope_row = session.get(ScopeRow, scope)
+    analyzer = choose_analyzer(s, scope, plan.docs, scope_row.analyzer if scope_row else None)
+    lexical = lexical_config(s, analyzer)
+    summary = ScopeSummary(kb_scope=scope, collection=alias, analyzer=analyzer)
+    old_target = store.alias_target(alias)
+    store.drop_unaliased(alias, old_target)  # leftovers of an interrupted rebuild
+    embedder = stores.embedder
+    physical = new_physical_name(alias)
+    store.create_collection(physical, embedder.dim, analyzer)
+    _report(progress, 1)  # new collection created, nothing served from it yet
+    try:
+        stats = EmbedStats()
+        chunks, vectors = embed_documents(stores, plan.docs, stats, progress, encoder)
+        summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
+        rows = build_rows(plan.docs, chunks, vectors, lexical, summary.warnings)
+        plan.refuse(write_documents(store, physical, rows, progress))
+        summary.chunks_written = sum(len(rows[d.doc_id]) for d in plan.docs)
+        carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
+        if carried and old_target is not None:
+            store.load(old_target)  # a collection not searched since a restart is released
+            copied = relex(store.read_docs(old_target, scope, carried), lexical)
+            store.upsert(physical, copied)
+            summary.chunks_copied = len(copied)
+        store.flush(physical)
+        store.load(physical)
+    except BaseException:
+        store.drop_collection(physical)  # the alias never pointed here: nothing served is lost
+        raise
+    store.point_alias(alias, physical)
+    _report(progress, 2)  # the alias serves the new collection
+    with stores.sql.session() as session, session.begin():
+        finish_records(session, plan, plan.docs, chunks, pipeline_hash(s))
+        upsert_scope_row(
+            session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
+        )
+    store.drop_unaliased(alias, physical)
+    _report(progress, 3)  # the old collection is dropped
+    summary.physical_collection = physical
+    count_plan(summary, plan, full=True)
+    return summary
+
+
+def _report(progress: Progress | None, step: int) -> None:
+    if progress:
+        progress("rebuild", step, 3)
