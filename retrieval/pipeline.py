@@ -1,9 +1,6 @@
 """The lookup orchestration: L0 -> search -> quality -> post-process -> (one fallback) ->
-rerank -> pack -> assemble -> audit. Each stage is its own module; this one only chains them.
-
-Fallback rule: only an attempt that had a category filter and came back low quality is retried,
-exactly once, as UNFILTERED_VECTOR_RETRY with the original query and the same scope(s). The
-retry replaces the first result (no merge) and is accepted even if still weak.
+rerank -> pack -> assemble -> audit. Each stage is its own module (`fallback` holds the retry
+rule, `assemble` the delivered result); this one only chains them.
 """
 
 from __future__ import annotations
@@ -14,22 +11,18 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import func, select
 
-from kbflow.core import milvus_store as ms
 from kbflow.core.analysis import LexicalConfig
 from kbflow.core.embedder import DEFAULT_MODEL_ID, Embedder, base_model_id, get_embedder, split_model_id
-from kbflow.core.errors import InputError
+from kbflow.core.errors import InputError, StoreError
 from kbflow.core.settings import Settings
 from kbflow.core.sql import CalibrationRow, ScopeRow
 from kbflow.core.stores import Stores, query_threads
 from kbflow.core.validation import validate_scope
 from kbflow.retrieval import calibration
+from kbflow.retrieval.assemble import Request, assemble
 from kbflow.retrieval.audit import write_audit
-from kbflow.retrieval.contracts import (
-    NO_EVIDENCE_MESSAGE,
-    AttemptTrace,
-    LookupResult,
-    RetrievalTrace,
-)
+from kbflow.retrieval.contracts import AttemptTrace, L0Navigation, LookupResult
+from kbflow.retrieval.fallback import with_fallback
 from kbflow.retrieval.gate import Calibration
 from kbflow.retrieval.l0_navigation import navigate
 from kbflow.retrieval.packing import pack
@@ -37,7 +30,6 @@ from kbflow.retrieval.postprocess import (
     PostprocessConfig,
     Processed,
     attach_l0_reasons,
-    gate_trace,
     postprocess,
     score_hits,
 )
@@ -49,7 +41,7 @@ class LookupRejected(InputError, ValueError):
     """Bad lookup input (empty query, invalid scope or mode); the message says which."""
 
 
-class IndexMissing(RuntimeError):
+class IndexMissing(StoreError, RuntimeError):
     """Nothing has been indexed yet."""
 
 
@@ -66,16 +58,22 @@ class _Timer:
         return now
 
 
+@dataclass
+class _Run:
+    """What every attempt of one lookup shares."""
+
+    request: Request
+    targets: list[ScopeTarget]
+    vectors: dict[str, np.ndarray]
+    spec: SearchSpec
+    cals: dict[str, Calibration]
+    nav: L0Navigation
+    timer: _Timer
+    candidates: dict[str, list] = field(default_factory=dict)
+
+
 def _postprocess_config(s: Settings) -> PostprocessConfig:
     return PostprocessConfig(max_chunks_per_document=s.max_chunks_per_document, return_n=s.return_n)
-
-
-def completeness_hint(evidence: list, level: str | None) -> str:
-    if not evidence:
-        return "none: no usable evidence"
-    if len(evidence) < 2 or level != "PRECISE":
-        return "partial: weak or single-source evidence; corroborate with logs and metrics"
-    return "sufficient: several precise sources"
 
 
 class Retriever:
@@ -145,10 +143,10 @@ class Retriever:
 
     def _check(self, r: ScopeRow) -> ScopeTarget:
         """Is the scope's collection there (and loaded), and which calibration does it use."""
-        if ms.alias_target(self.stores.milvus, r.alias) is None:
+        if self.stores.chunks.alias_target(r.alias) is None:
             raise IndexMissing(f"collection for scope '{r.kb_scope}' is missing; run `kbflow reindex --full`")
         if r.alias not in self._loaded:
-            self.stores.milvus.load_collection(r.alias)
+            self.stores.chunks.load(r.alias)
             self._loaded.add(r.alias)
         lexical = (
             r.analyzer in self.settings.lexical_quality_analyzers
@@ -190,16 +188,13 @@ class Retriever:
         if not targets:
             return []
         try:
-            return search_attempt(self.stores.milvus, targets, query, vectors, spec, category)
+            return search_attempt(self.stores.chunks, targets, query, vectors, spec, category)
         except Exception:  # e.g. a collection dropped behind kbflow's back: check again next time
             self._checked.clear()
             raise
 
-    def lookup(
-        self, query: str, *, kb_scope: str | None = None, mode: str | None = None, depth: int | None = None
-    ) -> LookupResult:
-        """`depth` asks for at least that many candidates (the eval ranks them); the evidence
-        returned is still bounded by return_n."""
+    def _request(self, query: str, kb_scope: str | None, mode: str | None) -> Request:
+        """The lookup's input, checked and normalized; bad input is a LookupRejected."""
         s = self.settings
         if not isinstance(query, str) or not query.strip():
             raise LookupRejected("query is empty: give the symptom, error message or question to look up")
@@ -213,19 +208,11 @@ class Retriever:
             except ValueError as exc:
                 raise LookupRejected(str(exc)) from exc
         query = " ".join(query.split())
-        truncated = len(query) > s.max_query_chars
-        query = query[: s.max_query_chars]
+        return Request(query[: s.max_query_chars], kb_scope, mode, len(query) > s.max_query_chars)
 
-        timer = _Timer()
-        t0 = t = time.perf_counter()
-        targets = self.targets(kb_scope)
-        with self.stores.sql.session() as session:
-            nav = navigate(session, query, [tg.kb_scope for tg in targets])
-        t = timer.stage("l0", t)
-        vectors, t = self._embed_query(query, targets, timer, t)
-
-        cfg = _postprocess_config(s)
-        spec = SearchSpec(
+    def _spec(self, mode: str, depth: int | None) -> SearchSpec:
+        s = self.settings
+        return SearchSpec(
             mode=mode,
             limit=max(s.retrieve_k, depth or 0),
             rrf_k=s.rrf_k,
@@ -235,73 +222,55 @@ class Retriever:
             convex_alpha=s.convex_alpha,
             lexical_trust=s.lexical_trust,
         )
+
+    def _attempt(self, run: _Run, name: str, category: str | None) -> tuple[Processed, AttemptTrace]:
+        """One search attempt, scored and post-processed, with its trace."""
+        started = time.perf_counter()
+        hits = self._search(run.targets, run.request.query, run.vectors, run.spec, category)
+        st = run.timer.stage("search", started)
+        hits = attach_l0_reasons(score_hits(hits, run.request.query, run.cals), run.nav)
+        processed = postprocess(hits, _postprocess_config(self.settings), run.cals)
+        run.candidates[name] = processed.ranked
+        run.timer.stage("postprocess", st)
+        trace = AttemptTrace(
+            attempt=name,
+            query_used=run.request.query,
+            mode=run.request.mode,
+            category_filter=category,
+            scopes=[tg.kb_scope for tg in run.targets],
+            candidate_count=len(hits),
+            top_quality=None if processed.top_quality is None else round(processed.top_quality, 4),
+            low_quality=processed.low_quality,
+            elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return processed, trace
+
+    def lookup(
+        self, query: str, *, kb_scope: str | None = None, mode: str | None = None, depth: int | None = None
+    ) -> LookupResult:
+        """`depth` asks for at least that many candidates (the eval ranks them); the evidence
+        returned is still bounded by return_n."""
+        request = self._request(query, kb_scope, mode)
+        timer = _Timer()
+        t0 = t = time.perf_counter()
+        targets = self.targets(request.kb_scope)
+        with self.stores.sql.session() as session:
+            nav = navigate(session, request.query, [tg.kb_scope for tg in targets])
+        t = timer.stage("l0", t)
+        vectors, t = self._embed_query(request.query, targets, timer, t)
         cals = {tg.kb_scope: self.calibrations[tg.kb_scope] for tg in targets}
-        candidates: dict[str, list] = {}
-
-        def attempt(name: str, category: str | None) -> tuple[Processed, AttemptTrace]:
-            started = time.perf_counter()
-            hits = self._search(targets, query, vectors, spec, category)
-            st = timer.stage("search", started)
-            hits = attach_l0_reasons(score_hits(hits, query, cals), nav)
-            processed = postprocess(hits, cfg, cals)
-            candidates[name] = processed.ranked
-            timer.stage("postprocess", st)
-            trace = AttemptTrace(
-                attempt=name,
-                query_used=query,
-                mode=mode,
-                category_filter=category,
-                scopes=[tg.kb_scope for tg in targets],
-                candidate_count=len(hits),
-                top_quality=None if processed.top_quality is None else round(processed.top_quality, 4),
-                low_quality=processed.low_quality,
-                elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
-            return processed, trace
-
-        first_name = "FILTERED_VECTOR" if nav.category_filter else "UNFILTERED_VECTOR"
-        selected, first_trace = attempt(first_name, nav.category_filter)
-        attempts = [first_trace]
-        selected_name, fallback_reason = first_name, None
-        if nav.category_filter and selected.low_quality and s.fallback_enabled:
-            fallback_reason = (
-                "filtered_vector_no_evidence" if not selected.ranked else "filtered_vector_low_quality"
-            )
-            selected, retry_trace = attempt("UNFILTERED_VECTOR_RETRY", None)  # original query, scope kept
-            attempts.append(retry_trace)
-            selected_name = "UNFILTERED_VECTOR_RETRY"
-
+        run = _Run(request, targets, vectors, self._spec(request.mode, depth), cals, nav, timer)
+        selected = with_fallback(
+            lambda name, category: self._attempt(run, name, category),
+            nav.category_filter,
+            self.settings.fallback_enabled,
+        )
         t = time.perf_counter()
-        evidence, rerank_trace = run_rerank(self.reranker, query, selected.evidence)
+        evidence, rerank_trace = run_rerank(self.reranker, request.query, selected.processed.evidence)
         t = timer.stage("rerank", t)
-        context = pack(evidence, s.context_char_budget)
+        context = pack(evidence, self.settings.context_char_budget)
         timer.stage("pack", t)
         timer.timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
-
-        found = bool(evidence)
-        result = LookupResult(
-            query=query,
-            kb_scope=kb_scope,
-            mode=mode,
-            found=found,
-            evidence=evidence,
-            candidate_count=len(selected.ranked),
-            returned_count=len(evidence),
-            relevance_level=selected.relevance_level if found else None,
-            completeness_hint=completeness_hint(evidence, selected.relevance_level),
-            message=None if found else NO_EVIDENCE_MESSAGE,
-            query_truncated=truncated,
-            context=context,
-            retrieval_trace=RetrievalTrace(
-                l0=nav,
-                attempts=attempts,
-                selected_attempt=selected_name,
-                fallback_reason=fallback_reason,
-                timings_ms=timer.timings,
-                calibrations={sc: c.label for sc, c in cals.items()},
-                gate=gate_trace(selected, cals),
-            ),
-            rerank_trace=rerank_trace,
-        )
-        result.candidates = candidates
+        result = assemble(request, selected, evidence, context, nav, cals, timer.timings, rerank_trace)
+        result.candidates = run.candidates
         return write_audit(self.stores.sql, result)
