@@ -67,25 +67,17 @@ def chunk_texts(root: Path, settings: Settings) -> list[str]:
     return texts
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=260)
-    ap.add_argument("--sections", type=int, default=4)
-    ap.add_argument("--words", type=int, default=110)
+    ap.add_argument("--docs", type=int, default=260, help="documents in the generated corpus")
+    ap.add_argument("--sections", type=int, default=4, help="sections per document")
+    ap.add_argument("--words", type=int, default=110, help="words per section")
     ap.add_argument("--keep", action="store_true", help="keep the temporary work directory")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
-    root = work / "corpus"
-    root.mkdir()
-    make_corpus(root, args.docs, args.sections, args.words)
-    settings = Settings(home=work / "home")
-    texts = chunk_texts(root, settings)
-    print(
-        f"corpus: {args.docs} documents, {len(texts)} chunks, "
-        f"{sum(map(len, texts)) / len(texts):.0f} chars/chunk avg"
-    )
 
+def encode_only(settings: Settings, texts: list[str]) -> float:
+    """(a): seconds the model alone takes to embed every chunk, with the reindex's threads."""
     embedder = get_embedder(
         settings.embedding_model,
         settings.embedding_device,
@@ -96,22 +88,39 @@ def main() -> int:
     threads = ingest_threads(settings)  # what the reindex below embeds with
     embedder.encode(texts[:64], threads)  # warm-up: model load (and export) are not part of (a)
     print(f"backend {settings.embedding_backend}, {threads} threads")
-
     t = time.perf_counter()
     embedder.encode(texts, threads)
-    a = time.perf_counter() - t
+    return time.perf_counter() - t
 
+
+def reindex_twice(root: Path, settings: Settings, n_texts: int, docs: int) -> tuple[float, float]:
+    """(b) a full reindex on a cold cache and (c) a rerun with nothing changed, in seconds."""
     stores = open_stores(settings)
     t = time.perf_counter()
     full = reindex([root], full=True, stores=stores)
     b = time.perf_counter() - t
-    assert full.ok and full.chunks_embedded == len(texts), full.to_dict()
-
+    assert full.ok and full.chunks_embedded == n_texts, full.to_dict()
     t = time.perf_counter()
     again = reindex([root], stores=stores)
     c = time.perf_counter() - t
-    assert again.ok and again.chunks_embedded == 0 and again.unchanged == args.docs
+    assert again.ok and again.chunks_embedded == 0 and again.unchanged == docs
+    return b, c
 
+
+def main() -> int:
+    args = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
+    root = work / "corpus"
+    root.mkdir()
+    make_corpus(root, args.docs, args.sections, args.words)
+    settings = Settings(home=work / "home")
+    texts = chunk_texts(root, settings)
+    print(
+        f"corpus: {args.docs} documents, {len(texts)} chunks, "
+        f"{sum(map(len, texts)) / len(texts):.0f} chars/chunk avg"
+    )
+    a = encode_only(settings, texts)
+    b, c = reindex_twice(root, settings, len(texts), args.docs)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"(a) model.encode only        {a:8.2f} s  ({len(texts) / a:6.1f} chunks/s)")
     print(f"(b) full reindex, cold cache {b:8.2f} s  ({len(texts) / b:6.1f} chunks/s)")

@@ -43,13 +43,11 @@ def candidate_docs(result: LookupResult, attempt: str | None = None) -> list[str
     return list(dict.fromkeys(h.doc_id for h in hits))
 
 
-def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseOutcome:
-    trace = result.retrieval_trace
-    docs = ranked_docs(result)
+def _ranking_failures(case: GoldenCase, result: LookupResult, docs: list[str]) -> list[str]:
+    """The right documents, in the top k, from the right scope, with the expected text."""
     top_k = docs[: case.k]
     top_evidence = [e for e in result.evidence if e.doc_id in top_k]
     fails: list[str] = []
-
     missing = [d for d in case.expected_doc_ids if d not in top_k]
     if missing:
         fails.append(f"expected {missing} within top {case.k}, got {top_k}")
@@ -60,25 +58,25 @@ def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseO
     if foreign:
         fails.append(f"evidence from other scopes: {foreign}")
     crumbs = {e.breadcrumb for e in top_evidence}
-    for crumb in case.expected_breadcrumbs:
-        if crumb not in crumbs:
-            fails.append(f"breadcrumb {crumb!r} not in top {case.k} evidence")
+    fails += [f"breadcrumb {c!r} not in top {case.k} evidence" for c in case.expected_breadcrumbs
+              if c not in crumbs]
     text = " ".join(e.excerpt for e in top_evidence).lower()
-    for kw in case.expected_keywords:
-        if kw.lower() not in text:
-            fails.append(f"keyword {kw!r} not in top {case.k} evidence")
+    fails += [f"keyword {kw!r} not in top {case.k} evidence" for kw in case.expected_keywords
+              if kw.lower() not in text]
+    return fails
+
+
+def _trace_failures(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> list[str]:
+    """The attempt chosen, the fallback, the status the agent sees and the reranked top."""
+    trace = result.retrieval_trace
+    fails: list[str] = []
     if case.expected_selected_attempt and trace.selected_attempt != case.expected_selected_attempt:
         fails.append(f"selected attempt {trace.selected_attempt}, expected {case.expected_selected_attempt}")
-    if (
-        case.allowed_fallback_reasons is not None
-        and trace.fallback_reason not in case.allowed_fallback_reasons
-    ):
+    allowed = case.allowed_fallback_reasons
+    if allowed is not None and trace.fallback_reason not in allowed:
         fails.append(f"fallback reason {trace.fallback_reason!r} not in {case.allowed_fallback_reasons}")
     if agent.evidence_status != case.expected_evidence_status:
         fails.append(f"evidence status {agent.evidence_status}, expected {case.expected_evidence_status}")
-    absent = [s for s in case.expected_context_sources if s not in result.context.included_sources]
-    if absent:
-        fails.append(f"context pack lacks {absent} (has {result.context.included_sources})")
     fired = len(trace.attempts) > 1
     if case.expect_fallback is not None and fired != case.expect_fallback:
         fails.append(
@@ -89,25 +87,38 @@ def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseO
         top = result.evidence[0].source if result.evidence else None
         if top != case.expected_rerank_top_source:
             fails.append(f"rerank top source {top!r}, expected {case.expected_rerank_top_source!r}")
+    return fails
+
+
+def _context_failures(case: GoldenCase, result: LookupResult) -> list[str]:
+    """The context pack: its sources, its budget, per-document limits and truncation."""
+    ctx, fails = result.context, []
+    absent = [s for s in case.expected_context_sources if s not in ctx.included_sources]
+    if absent:
+        fails.append(f"context pack lacks {absent} (has {ctx.included_sources})")
     if case.max_evidence_per_document is not None:
-        over = {
-            d: n
-            for d, n in Counter(e.doc_id for e in result.evidence).items()
-            if n > case.max_evidence_per_document
-        }
+        per_doc = Counter(e.doc_id for e in result.evidence)
+        over = {d: n for d, n in per_doc.items() if n > case.max_evidence_per_document}
         if over:
             fails.append(f"more than {case.max_evidence_per_document} evidence per document: {over}")
-    if case.context_char_budget is not None and result.context.used_chars > case.context_char_budget:
-        fails.append(f"context used {result.context.used_chars} chars over budget {case.context_char_budget}")
+    if case.context_char_budget is not None and ctx.used_chars > case.context_char_budget:
+        fails.append(f"context used {ctx.used_chars} chars over budget {case.context_char_budget}")
     if case.expect_context_truncated is not None:
-        cut = (
-            result.context.packed_text.endswith("...")
-            or "...\n\n[" in result.context.packed_text
-            or bool(result.context.omitted_sources)
-        )
+        cut = ctx.packed_text.endswith("...") or "...\n\n[" in ctx.packed_text or bool(ctx.omitted_sources)
         if cut != case.expect_context_truncated:
             fails.append(f"context truncated={cut}, expected {case.expect_context_truncated}")
+    return fails
 
+
+def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseOutcome:
+    trace = result.retrieval_trace
+    docs = ranked_docs(result)
+    fails = (
+        _ranking_failures(case, result, docs)
+        + _trace_failures(case, result, agent)
+        + _context_failures(case, result)
+    )
+    fired = len(trace.attempts) > 1
     first = next((i for i, d in enumerate(docs, start=1) if d in case.expected_doc_ids), None)
     return CaseOutcome(
         case_id=case.id,

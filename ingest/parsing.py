@@ -24,12 +24,12 @@ import frontmatter
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 
+from kbflow.core.analysis import CJK
 from kbflow.core.errors import InputError
 from kbflow.core.validation import InvalidValue, validate_category, validate_scope, validate_source
 
 KNOWN_KEYS = {"source", "breadcrumb", "kb_scope", "title", "keywords", "language"}
 _H1 = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
 
 class _AsWrittenYAML(YAMLHandler):
@@ -156,7 +156,7 @@ def parse_document(
 
     language = "" if _blank(meta.get("language")) else str(meta.get("language")).strip().lower()
     if not language:
-        language = "zh" if len(_CJK.findall(body)) > 0.2 * max(len(body.strip()), 1) else "en"
+        language = "zh" if len(CJK.findall(body)) > 0.2 * max(len(body.strip()), 1) else "en"
 
     extra = {k: _jsonable(v) for k, v in meta.items() if k not in KNOWN_KEYS}
     doc = ParsedDocument(

@@ -17,6 +17,15 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+# CJK ideographs (extension A, unified, compatibility): the one definition of "Chinese text"
+# for language detection, quality signals and L0 terms
+CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+def has_cjk(text: str) -> bool:
+    return bool(CJK.search(text))
+
+
 LEXICAL_MODES = ("stem+ids", "stem", "lowercase")  # lowercase = Milvus's analyzer only
 
 # A token: letters/digits, optionally joined by identifier separators (`.`, `_`, `-`).

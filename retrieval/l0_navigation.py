@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kbflow.core.analysis import CJK
 from kbflow.core.sql import L0EntryRow, L0TermRow
 from kbflow.retrieval.contracts import L0Navigation
 
 MIN_CATEGORY_MATCHES = 2
 MAX_TITLES = 5
 _WORD = re.compile(r"[\w][\w.\-]*", re.UNICODE)
-_CJK = re.compile(r"[\u3400-\u9fff]")
 REASON_BY_KIND = {
     "keyword": "l0_keyword_overlap",
     "entity": "l0_entity_overlap",
@@ -40,7 +40,7 @@ def query_terms(query: str, max_ngram: int = 3) -> list[str]:
     terms: list[str] = []
     for n in range(1, max_ngram + 1):
         terms += [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
-    if _CJK.search(text):
+    if CJK.search(text):
         import jieba
 
         toks = [t.strip() for t in jieba.cut(text) if t.strip()]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from kbflow.core.analysis import CJK
+
 LEGACY_LABELS = {
     "l2_distance": "dense",
     "l2": "dense",
@@ -24,17 +26,12 @@ LEGACY_LABELS = {
     "sparse": "hybrid",
 }
 _TOKEN = re.compile(r"[\w][\w.\-]*", re.UNICODE)
-_CJK = re.compile(r"[\u3400-\u9fff]")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in is it my of on or our so that the "
     "this to was what when where which why with you your keeps keep".split()
     # Chinese question and filler words
     + "怎么办 怎么 如何 什么 为什么 怎样 哪些 是否 可以 一直 总是 时候 问题 出现 的话".split()
 )
-
-
-def has_cjk(text: str) -> bool:
-    return bool(_CJK.search(text))
 
 
 def canonical_label(label: str) -> str:
@@ -48,7 +45,7 @@ def content_terms(text: str) -> set[str]:
     """Content-bearing terms: words of 2+ characters minus stop words; for Chinese, jieba words
     of 2+ characters (single characters are mostly particles)."""
     words = {t.lower().strip(".-") for t in _TOKEN.findall(text)}
-    if _CJK.search(text):
+    if CJK.search(text):
         import jieba
 
         words = {w.lower() for w in jieba.cut(text) if w.strip()}
