@@ -151,3 +151,15 @@ def test_no_evidence_says_so_first():
     lines = lookup_lines(_result([]), agent=False, width=80)
     assert lines[0].startswith("evidence NO_EVIDENCE — level none — 0 delivered of 9 candidates")
     assert lines[-1] == "No usable evidence in the knowledge base" and not _ranks(lines)
+
+
+def test_levels_use_the_best_candidates_scope_even_when_it_was_not_delivered():
+    data = _result([3, 4])
+    trace = data["retrievalTrace"]
+    trace["calibrations"] = {"ops": "calibrated", "other": "default"}  # thresholds differ per scope
+    trace["gate"]["topEvidenceKey"] = "doc-3#5"  # the best chunk, cut by the per-document cap
+    lines = lookup_lines(data, agent=False, width=80)
+    assert sum("· PRECISE" in line for line in lines) == 2
+    trace["gate"]["topEvidenceKey"] = "elsewhere#0"  # another scope's document: only weak or not
+    lines = lookup_lines(data, agent=False, width=80)
+    assert sum("· usable" in line for line in lines) == 2

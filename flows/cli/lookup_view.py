@@ -134,7 +134,9 @@ def _level_of(trace: Mapping[str, Any], evidence: Sequence[Mapping[str, Any]]) -
     gate = trace.get("gate") or {}
     precise = gate.get("precise")
     shared = len(set(trace.get("calibrations", {}).values())) <= 1
-    top_scope = next((e["kbScope"] for e in evidence if e["evidenceKey"] == gate.get("topEvidenceKey")), None)
+    top_doc = (gate.get("topEvidenceKey") or "").rpartition("#")[0]
+    top_scopes = {e["kbScope"] for e in evidence if e["docId"] == top_doc}  # the best may not be delivered
+    top_scope = top_scopes.pop() if len(top_scopes) == 1 else None
 
     def level(item: Mapping[str, Any]) -> str:
         if item.get("weak"):
