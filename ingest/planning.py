@@ -70,10 +70,11 @@ def plan_scope(
     settings: Settings,
     p_hash: str,
 ) -> ScopePlan:
-    """The diff of the scan against the scope's records; no store is read or written (the
-    filesystem is asked only whether a recorded file or root still exists, to tell a move from a
-    deletion). `plan.failures` holds what it refused (a source claimed by two files, a deletion
-    the guards stopped)."""
+    """The diff of the scan against the scope's records; no store is read or written. Only to
+    tell a move from a deletion or a conflict is the filesystem asked about recorded files and
+    roots: do they still exist, and which source does a recorded file still claim.
+    `plan.failures` holds what it refused (a source claimed by two files, a deletion the guards
+    stopped)."""
     rows, roots = records, scan.roots
     existing = {r.doc_id: r for r in rows}
     failures: list[Failure] = []
