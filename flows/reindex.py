@@ -135,9 +135,10 @@ def _run_scopes(run: ReindexRun, parallel: bool) -> None:
     """Plan and apply every scope under the run's locks. With `parallel`, apply runs in the
     flow itself and only its embedding batches are tasks (a task cannot fan out to the flow's
     task runner)."""
-    encoder = fan_out_encoder(run.stores.settings) if parallel else None
+    encoder = None
     if parallel:
         _ = run.stores.embedder  # an ONNX backend is exported here once, before workers read it
+        encoder = fan_out_encoder(run.stores.settings)
     with locked(run, None) as heartbeat:
         for scope in run.scopes:
             try:

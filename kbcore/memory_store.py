@@ -122,13 +122,13 @@ class MemoryChunkStore:
         docs = [Counter(r.lexical.lower().split()) for r in rows]
         avg = sum(sum(d.values()) for d in docs) / max(len(docs), 1)
         terms = set(text.lower().split())
+        df = {t: sum(1 for d in docs if t in d) for t in terms}
+        idf = {t: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
         scored = []
         for row, tf in zip(rows, docs, strict=True):
             score = 0.0
             for t in terms & tf.keys():
-                df = sum(1 for d in docs if t in d)
-                idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
-                score += idf * tf[t] * 2.2 / (tf[t] + 1.2 * (0.25 + 0.75 * sum(tf.values()) / max(avg, 1)))
+                score += idf[t] * tf[t] * 2.2 / (tf[t] + 1.2 * (0.25 + 0.75 * sum(tf.values()) / max(avg, 1)))
             if score > 0:
                 scored.append((row, score))
         return sorted(scored, key=lambda t: -t[1])[:limit]
