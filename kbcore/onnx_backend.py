@@ -104,7 +104,7 @@ def _write_graph(model, names: list[str], path: Path) -> None:
         )
 
 
-def _quantize(path: Path) -> None:
+def quantize(path: Path) -> None:
     """Dynamic int8 of the MatMul weights, per channel, in place."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -128,7 +128,7 @@ def export(model_path: str, target: Path, backend: str) -> None:
     try:
         _write_graph(_eager_copy(st), names, tmp / "model.onnx")
         if backend == "onnx-int8":
-            _quantize(tmp / "model.onnx")
+            quantize(tmp / "model.onnx")
         st.tokenizer.save_pretrained(str(tmp))
         meta = {
             "source": model_path,
