@@ -22,6 +22,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed, State
 
+from kbflow.core.models import ModelChoice
 from kbflow.core.settings import Settings
 from kbflow.core.stores import Stores, is_transient, keep_home_backend, open_stores
 from kbflow.flows.common import summary_markdown
@@ -67,9 +68,9 @@ def scan_task(
 
 
 @task(name="plan", task_run_name="plan-{scope}", **TRANSIENT)
-def plan_task(stores: Stores, scope: str, scan: ScanResult) -> ScopePlan:
-    """What each document of the scope needs, from the records read afresh."""
-    return plan(stores, scope, scan)
+def plan_task(stores: Stores, scope: str, scan: ScanResult, full: bool = False) -> ScopePlan:
+    """What each document of the scope needs, from the records read afresh, and its model."""
+    return plan(stores, scope, scan, full)
 
 
 @task(name="apply", task_run_name="apply-{scope_plan.kb_scope}", **TRANSIENT)
@@ -110,18 +111,23 @@ def embed_batch_task(
     return get_embedder(model, device, batch_size, backend, root).encode(texts, 1)
 
 
-def fan_out_encoder(settings: Settings) -> Callable[[list[str]], np.ndarray]:
-    """An encoder that splits texts into batches and submits each to the flow's task runner."""
+def fan_out_encoder(
+    settings: Settings, model: ModelChoice | None = None
+) -> Callable[[list[str]], np.ndarray]:
+    """An encoder that splits texts into batches and submits each to the flow's task runner;
+    `model` is the scope's (default: the settings'). A worker loads a model on its first batch
+    for it, so a home that is English-only never loads the multilingual one."""
     size = settings.embedding_batch_size
+    model = model or ModelChoice(settings.embedding_model, settings.embedding_backend)
 
     def encode(texts: list[str]) -> np.ndarray:
         futures = [
             embed_batch_task.submit(
                 texts[i : i + size],
-                settings.embedding_model,
+                model.name,
                 settings.embedding_device,
                 size,
-                settings.embedding_backend,
+                model.backend,
                 str(settings.resolved_models_dir.resolve()),
             )
             for i in range(0, len(texts), size)
@@ -135,15 +141,15 @@ def _run_scopes(run: ReindexRun, parallel: bool) -> None:
     """Plan and apply every scope under the run's locks. With `parallel`, apply runs in the
     flow itself and only its embedding batches are tasks (a task cannot fan out to the flow's
     task runner)."""
-    encoder = None
-    if parallel:
-        _ = run.stores.embedder  # an ONNX backend is exported here once, before workers read it
-        encoder = fan_out_encoder(run.stores.settings)
     with locked(run, None) as heartbeat:
         for scope in run.scopes:
             try:
-                scope_plan = plan_task(run.stores, scope, run.scan)
+                scope_plan = plan_task(run.stores, scope, run.scan, run.full)
                 if parallel:
+                    model = scope_plan.model
+                    if scope_plan.docs:  # an ONNX backend is exported here once, before workers read it
+                        _ = run.stores.embedder_for(model) if model else run.stores.embedder
+                    encoder = fan_out_encoder(run.stores.settings, model)
                     outcome = apply_plan(run.stores, scope_plan, full=run.full, progress=heartbeat,
                                          encoder=encoder)
                 else:
@@ -160,8 +166,10 @@ def _reindex(
     home: str | None,
     parallel: bool,
     allow_mass_delete: bool = False,
+    settings: dict | None = None,
 ) -> State:
-    stores = keep_home_backend(open_stores(Settings(**({"home": home} if home else {}))))
+    values = {**(settings or {}), **({"home": home} if home else {})}
+    stores = keep_home_backend(open_stores(Settings(**values)))
     run = scan_task(roots, scope, full, stores, allow_mass_delete)
     _run_scopes(run, parallel)
     summary = finish(run)
@@ -198,10 +206,12 @@ def reindex_flow(
     full: bool = False,
     home: str | None = None,
     allow_mass_delete: bool = False,
+    settings: dict | None = None,
 ) -> State:
     """Reindex Markdown roots into Milvus + SQL; Failed when any document failed or a removal
-    was refused by the delete guards (allow_mass_delete confirms it)."""
-    return _reindex(roots, scope, full, home, parallel=False, allow_mass_delete=allow_mass_delete)
+    was refused by the delete guards (allow_mass_delete confirms it). `settings` overrides the
+    environment's and the settings file's (the CLI passes its flags: --analyzer, --model)."""
+    return _reindex(roots, scope, full, home, False, allow_mass_delete, settings)
 
 
 @flow(name="reindex-parallel")
@@ -211,9 +221,10 @@ def reindex_parallel_flow(
     full: bool = False,
     home: str | None = None,
     allow_mass_delete: bool = False,
+    settings: dict | None = None,
 ) -> State:
     """The reindex flow with embedding batches fanned out to the task runner (e.g. Dask)."""
-    return _reindex(roots, scope, full, home, parallel=True, allow_mass_delete=allow_mass_delete)
+    return _reindex(roots, scope, full, home, True, allow_mass_delete, settings)
 
 
 @contextmanager
@@ -245,9 +256,11 @@ def run_reindex_flow(
     task_runner: str = "default",
     dask_address: str | None = None,
     allow_mass_delete: bool = False,
+    settings: dict | None = None,
 ) -> tuple[bool, dict]:
     """Run the flow and return (ok, summary dict) without raising on a Failed run."""
     kwargs = {"scope": scope, "full": full, "home": home, "allow_mass_delete": allow_mass_delete}
+    kwargs["settings"] = settings
     if task_runner == "dask":
         from prefect_dask import DaskTaskRunner
 

@@ -9,7 +9,8 @@ A scope with no collection yet, or built under another analysis, is rebuilt inst
 from __future__ import annotations
 
 from kbflow.core.chunk_store import SOURCE_MAX_BYTES, alias_for
-from kbflow.core.embedder import EmbedStats, model_id_for
+from kbflow.core.embedder import EmbedStats
+from kbflow.core.models import ModelChoice
 from kbflow.core.sql import ScopeRow, utcnow
 from kbflow.core.stores import Stores
 from kbflow.ingest.planning import ScopePlan
@@ -33,7 +34,9 @@ def apply_plan(
     keeps the records as planned). Returns the scope's summary and what failed."""
     plan = plan.copy()
     apply = rebuild if full else apply_incremental
-    return apply(stores, plan, progress, encoder), plan.failures
+    summary = apply(stores, plan, progress, encoder)
+    summary.warnings += [{"path": f"<scope {plan.kb_scope}>", "reason": n} for n in plan.notes]
+    return summary, plan.failures
 
 
 def apply_incremental(
@@ -42,14 +45,17 @@ def apply_incremental(
     s, store, scope = stores.settings, stores.chunks, plan.kb_scope
     alias = alias_for(s.collection_prefix, scope)
     target = store.alias_target(alias)
-    model_id = model_id_for(s.embedding_model, s.embedding_backend)
+    model = plan.model or ModelChoice(s.embedding_model, s.embedding_backend)
+    model_id = model.model_id
     with stores.sql.session() as session:
         scope_row = session.get(ScopeRow, scope)
     if target is None or scope_row is None:
         if not plan.docs and not plan.existing:
             return ScopeSummary(kb_scope=scope, collection=alias)
         return rebuild(stores, plan, progress, encoder)  # no collection yet (or it was lost)
-    check_scope_config(s, scope, scope_row, model_id)
+    # the model loads (for its dimension) only when something is to be embedded
+    dim = stores.embedder_for(model).dim if plan.to_write else scope_row.dim
+    check_scope_config(s, scope, scope_row, model_id, dim)
     store.drop_unaliased(alias, target)  # a killed rebuild's half-built collection: never served
     lexical = lexical_config(s, scope_row.analyzer)
     if scope_row.analysis != lexical.version or store.source_capacity(target) < SOURCE_MAX_BYTES:
@@ -60,8 +66,8 @@ def apply_incremental(
         kb_scope=scope, collection=alias, analyzer=scope_row.analyzer, physical_collection=target
     )
     store.load(alias)
-    p_hash, stats = pipeline_hash(s), EmbedStats()
-    chunks, vectors = embed_documents(stores, plan.to_write, stats, progress, encoder)
+    p_hash, stats = pipeline_hash(s, model_id), EmbedStats()
+    chunks, vectors = embed_documents(stores, plan.to_write, stats, progress, encoder, model)
     summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
     if plan.to_write:
         with stores.sql.session() as session, session.begin():

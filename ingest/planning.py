@@ -17,6 +17,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kbflow.core.models import ModelChoice
 from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentRow
 from kbflow.ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
@@ -35,6 +36,8 @@ class ScopePlan:
     keep: list[DocumentRow]  # not owned by this run (other roots), left as is
     failures: list[Failure] = field(default_factory=list)  # reported against files or roots
     abandoned: list[str] = field(default_factory=list)  # new documents the store refused
+    model: ModelChoice | None = None  # the scope's embedding model for this run (None: the settings')
+    notes: list[str] = field(default_factory=list)  # told in the summary's warnings
 
     def copy(self) -> ScopePlan:
         """A plan to apply: applying edits its lists, and a retried apply starts from the plan."""

@@ -4,20 +4,30 @@ half-built index.
 A new physical collection gets this run's documents, plus a copy of what this run does not own
 (other roots, files that failed this time, re-analysed under this build's analysis); then the
 alias moves and the old collection is dropped. If anything fails before the alias moves, the new
-collection is dropped and the served one is untouched.
+collection is dropped and the served one is untouched. When the scope changes model, what is
+copied is embedded again with the new one (through the cache): a collection never mixes models.
 """
 
 from __future__ import annotations
 
-from kbflow.core.chunk_store import alias_for, new_physical_name
+from kbflow.core.chunk_store import ChunkRow, alias_for, new_physical_name
 from kbflow.core.embedder import EmbedStats
+from kbflow.core.models import ModelChoice
 from kbflow.core.sql import ScopeRow
 from kbflow.core.stores import Stores
 from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.records import finish_records, upsert_scope_row
 from kbflow.ingest.scope_config import choose_analyzer, lexical_config, pipeline_hash
 from kbflow.ingest.summary import ScopeSummary, count_plan
-from kbflow.ingest.writing import Encoder, Progress, build_rows, embed_documents, relex, write_documents
+from kbflow.ingest.writing import (
+    Encoder,
+    Progress,
+    build_rows,
+    embed_documents,
+    embed_texts,
+    relex,
+    write_documents,
+)
 
 
 def rebuild(
@@ -32,14 +42,14 @@ def rebuild(
     summary = ScopeSummary(kb_scope=scope, collection=alias, analyzer=analyzer)
     old_target = store.alias_target(alias)
     store.drop_unaliased(alias, old_target)  # leftovers of an interrupted rebuild
-    embedder = stores.embedder
+    model = plan.model or ModelChoice(s.embedding_model, s.embedding_backend)
+    embedder = stores.embedder_for(model)
     physical = new_physical_name(alias)
-    store.create_collection(physical, embedder.dim, analyzer)
+    store.create_collection(physical, embedder.dim, lexical.tokenizer(analyzer))
     _report(progress, 1)  # new collection created, nothing served from it yet
     try:
         stats = EmbedStats()
-        chunks, vectors = embed_documents(stores, plan.docs, stats, progress, encoder)
-        summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
+        chunks, vectors = embed_documents(stores, plan.docs, stats, progress, encoder, model)
         rows = build_rows(plan.docs, chunks, vectors, lexical, summary.warnings)
         plan.refuse(write_documents(store, physical, rows, progress))
         summary.chunks_written = sum(len(rows[d.doc_id]) for d in plan.docs)
@@ -47,8 +57,11 @@ def rebuild(
         if carried and old_target is not None:
             store.load(old_target)  # a collection not searched since a restart is released
             copied = relex(store.read_docs(old_target, scope, carried), lexical)
+            if scope_row is not None and scope_row.model_id != model.model_id:
+                _reembed(stores, copied, model, stats, encoder)
             store.upsert(physical, copied)
             summary.chunks_copied = len(copied)
+        summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
         store.flush(physical)
         store.load(physical)
     except BaseException:
@@ -57,7 +70,7 @@ def rebuild(
     store.point_alias(alias, physical)
     _report(progress, 2)  # the alias serves the new collection
     with stores.sql.session() as session, session.begin():
-        finish_records(session, plan, plan.docs, chunks, pipeline_hash(s))
+        finish_records(session, plan, plan.docs, chunks, pipeline_hash(s, model.model_id))
         upsert_scope_row(
             session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
         )
@@ -66,6 +79,15 @@ def rebuild(
     summary.physical_collection = physical
     count_plan(summary, plan, full=True)
     return summary
+
+
+def _reembed(
+    stores: Stores, rows: list[ChunkRow], model: ModelChoice, stats: EmbedStats, encoder: Encoder | None
+) -> None:
+    """Rows kept from the old collection, embedded with the scope's new model from their text."""
+    vectors = embed_texts(stores, [r.text for r in rows], stats, None, encoder, model) if rows else []
+    for row, vector in zip(rows, vectors, strict=True):
+        row.dense = [float(x) for x in vector]
 
 
 def _report(progress: Progress | None, step: int) -> None:

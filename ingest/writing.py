@@ -14,6 +14,7 @@ from typing import Any
 from kbflow.core.analysis import LexicalConfig
 from kbflow.core.chunk_store import FIELD_MAX_BYTES, TEXT_MAX_BYTES, WRITE_BATCH, ChunkRow, ChunkStore
 from kbflow.core.embedder import EmbedStats
+from kbflow.core.models import ModelChoice
 from kbflow.core.stores import Stores, is_transient
 from kbflow.core.validation import doc_key
 from kbflow.ingest.chunking import Chunk, chunk_markdown
@@ -29,8 +30,11 @@ def embed_documents(
     stats: EmbedStats,
     progress: Progress | None = None,
     encoder: Encoder | None = None,
+    model: ModelChoice | None = None,
 ) -> tuple[dict[str, list[Chunk]], dict[str, Any]]:
-    """Chunk every document and embed its chunks (through the cache): (chunks, vectors) by doc_id."""
+    """Chunk every document and embed its chunks (through the cache) with the scope's `model`
+    (default: the settings' one): (chunks, vectors) by doc_id. The model loads only when some
+    chunk is not in the cache under its id."""
     s = stores.settings
     chunks = {d.doc_id: chunk_markdown(d.body, s.chunk_max_chars, s.chunk_overlap_chars) for d in docs}
     texts = [c.text for d in docs for c in chunks[d.doc_id]]
@@ -42,13 +46,25 @@ def embed_documents(
         if progress:
             progress("embed", done, total)
 
-    vectors = stores.embedding_cache.embed(texts, stats, on_batch, encoder) if texts else []
+    vectors = embed_texts(stores, texts, stats, on_batch, encoder, model) if texts else []
     by_doc, i = {}, 0
     for d in docs:
         n = len(chunks[d.doc_id])
         by_doc[d.doc_id] = vectors[i : i + n]
         i += n
     return chunks, by_doc
+
+
+def embed_texts(
+    stores: Stores,
+    texts: list[str],
+    stats: EmbedStats,
+    on_batch: Callable[[int], None] | None = None,
+    encoder: Encoder | None = None,
+    model: ModelChoice | None = None,
+) -> Any:
+    embedder = stores.embedder_for(model) if model is not None else stores.embedder
+    return stores.cache_for(embedder).embed(texts, stats, on_batch, encoder)
 
 
 def build_rows(

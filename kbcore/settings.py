@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -32,10 +32,20 @@ CONFIG_ENV = "KBFLOW_CONFIG"
 DEFAULT_CONFIG_FILE = "kbflow.toml"
 
 Analyzer = Literal["standard", "jieba"]
-SearchMode = Literal["hybrid", "dense"]
+SearchMode = Literal["hybrid", "dense", "bm25"]
 LexicalMode = Literal["stem+ids", "stem", "lowercase"]
 Fusion = Literal["rrf", "convex"]
 EmbeddingBackend = Literal["torch", "onnx", "onnx-int8"]
+
+
+class ScopeSettings(BaseModel):
+    """What `[scopes.<name>]` in kbflow.toml (or KBFLOW_SCOPES as JSON) sets for one scope."""
+
+    model_config = ConfigDict(extra="forbid")
+    analyzer: Analyzer | None = Field(None, description="BM25 analyzer of the scope.")
+    embedding_model: str | None = Field(
+        None, description="Embedding model of the scope (all-MiniLM-L6-v2, multilingual-e5-small, a path)."
+    )
 
 
 class ConfigFileError(InputError, ValueError):
@@ -109,6 +119,11 @@ class Settings(BaseSettings):
     embedding_model: str = Field(
         "", description="sentence-transformers model name or path; empty = packaged all-MiniLM-L6-v2."
     )
+    multilingual_model: str = Field(
+        "multilingual-e5-small",
+        description="The model a scope whose documents are Chinese gets when no model is set for it "
+        "(nor embedding_model for every scope); empty = the English default there too.",
+    )
     embedding_device: str = Field("", description="torch device; empty = cuda when present, else cpu.")
     embedding_batch_size: int = Field(64, ge=1, le=4096)
     embedding_backend: EmbeddingBackend = Field(
@@ -131,6 +146,11 @@ class Settings(BaseSettings):
     analyzer: Analyzer = "standard"
     scope_analyzers: dict[str, Analyzer] = Field(
         default_factory=dict, description='Per-scope analyzer, e.g. {"kb-zh": "jieba"}.'
+    )
+    scopes: dict[str, ScopeSettings] = Field(
+        default_factory=dict,
+        description='Per-scope settings: [scopes.kb-zh] analyzer = "jieba", embedding_model = '
+        '"multilingual-e5-small" (env: KBFLOW_SCOPES as JSON).',
     )
     default_scope: str = "default"
     lexical_analysis: LexicalMode = Field(
@@ -212,12 +232,25 @@ class Settings(BaseSettings):
     def _lookup_scope_ok(cls, v: str) -> str:
         return validate_scope(v) if v else v
 
-    @field_validator("scope_analyzers")
+    @field_validator("scope_analyzers", "scopes")
     @classmethod
-    def _scope_keys_ok(cls, v: dict[str, str]) -> dict[str, str]:
+    def _scope_keys_ok(cls, v: dict[str, Any]) -> dict[str, Any]:
         for scope in v:
             validate_scope(scope)
         return v
+
+    def scope_analyzer(self, scope: str) -> str | None:
+        """The analyzer set for this scope ([scopes.S] analyzer, else scope_analyzers), or None."""
+        own = self.scopes.get(scope)
+        if own is not None and own.analyzer:
+            return own.analyzer
+        return self.scope_analyzers.get(scope)
+
+    def scope_model(self, scope: str) -> str | None:
+        """The embedding model set for this scope, or None (then embedding_model, or the choice by
+        language)."""
+        own = self.scopes.get(scope)
+        return own.embedding_model if own is not None and own.embedding_model is not None else None
 
     @property
     def resolved_milvus_uri(self) -> str:

@@ -20,6 +20,7 @@ from kbflow.core.embedder import (
     split_model_id,
 )
 from kbflow.core.milvus_store import MilvusChunkStore, open_client
+from kbflow.core.models import ModelChoice
 from kbflow.core.settings import Settings
 from kbflow.core.sql import ScopeRow, SqlStore
 
@@ -33,16 +34,18 @@ class Stores:
 
     @property
     def embedder(self) -> Embedder:
+        """The model the settings name for every scope (a scope may have its own: embedder_for)."""
         if self._embedder is None:
             s = self.settings
-            self._embedder = get_embedder(
-                s.embedding_model,
-                s.embedding_device,
-                s.embedding_batch_size,
-                s.embedding_backend,
-                s.resolved_models_dir,
-            )
+            self._embedder = self.embedder_for(ModelChoice(s.embedding_model, s.embedding_backend))
         return self._embedder
+
+    def embedder_for(self, model: ModelChoice) -> Embedder:
+        """One loaded model per process and choice, loaded on first use only."""
+        s = self.settings
+        return get_embedder(
+            model.name, s.embedding_device, s.embedding_batch_size, model.backend, s.resolved_models_dir
+        )
 
     @property
     def milvus(self) -> Any:
@@ -51,7 +54,10 @@ class Stores:
 
     @property
     def embedding_cache(self) -> EmbeddingCache:
-        return EmbeddingCache(self.sql, self.embedder, ingest_threads(self.settings))
+        return self.cache_for(self.embedder)
+
+    def cache_for(self, embedder: Embedder) -> EmbeddingCache:
+        return EmbeddingCache(self.sql, embedder, ingest_threads(self.settings))
 
     def close(self) -> None:
         self.sql.dispose()

@@ -88,7 +88,7 @@ class Evidence(ChunkRef):
 class AttemptTrace(Contract):
     attempt: AttemptName
     query_used: str
-    mode: Literal["hybrid", "dense"]
+    mode: Literal["hybrid", "dense", "bm25"]
     category_filter: str | None = None
     scopes: list[str] = Field(default_factory=list)
     candidate_count: int = 0
@@ -117,6 +117,7 @@ class RetrievalTrace(Contract):
     fallback_reason: FallbackReason | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)
     calibrations: dict[str, str] = Field(default_factory=dict)  # scope -> the gate calibration used
+    models: dict[str, str] = Field(default_factory=dict)  # scope -> the model id its query was embedded with
     gate: GateTrace | None = None
 
 
@@ -140,7 +141,7 @@ class ContextPack(Contract):
 class LookupResult(Contract):
     query: str
     kb_scope: str | None
-    mode: Literal["hybrid", "dense"]
+    mode: Literal["hybrid", "dense", "bm25"]
     found: bool
     evidence: list[Evidence]
     candidate_count: int

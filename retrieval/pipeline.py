@@ -45,7 +45,7 @@ class IndexMissing(StoreError, RuntimeError):
     """Nothing has been indexed yet."""
 
 
-MODES = ("hybrid", "dense")
+MODES = ("hybrid", "dense", "bm25")
 
 
 @dataclass
@@ -104,7 +104,7 @@ class Retriever:
         except IndexMissing:
             return
         for model_id in {tg.model_id for tg in targets}:
-            self._embedder(model_id).encode(["warm-up"], query_threads(self.settings))
+            self._embedder(model_id).encode_queries(["warm-up"], query_threads(self.settings))
 
     def targets(self, kb_scope: str | None) -> list[ScopeTarget]:
         """The scopes to search. A scope whose row and calibrations are as they were when it was
@@ -174,7 +174,7 @@ class Retriever:
             embedder.prepare(threads)
         if time.perf_counter() - t > 0.05:
             t = timer.stage("model_load", t)
-        vectors = {model_id: e.encode([query], threads)[0] for model_id, e in embedders.items()}
+        vectors = {model_id: e.encode_queries([query], threads)[0] for model_id, e in embedders.items()}
         return vectors, timer.stage("embed", t)
 
     def _search(
@@ -272,5 +272,6 @@ class Retriever:
         timer.stage("pack", t)
         timer.timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
         result = assemble(request, selected, evidence, context, nav, cals, timer.timings, rerank_trace)
+        result.retrieval_trace.models = {tg.kb_scope: tg.model_id for tg in targets}
         result.candidates = run.candidates
         return write_audit(self.stores.sql, result)

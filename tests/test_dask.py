@@ -47,19 +47,26 @@ def test_dask_embedding_matches_sequential(tmp_path, prefect_harness, monkeypatc
             body=f"# Runbook {i}\n\n## Symptom\n\nService {i} times out talking to shard {i * 7}.\n\n"
             f"## Fix\n\nRestart worker pool {i} and raise the timeout to {i + 30} seconds.\n",
         )
+    # a Chinese scope too: its batches go to the workers with its own model (multilingual-e5-small)
+    for i, topic in enumerate(("数据库连接池耗尽", "磁盘空间已满", "消费者组延迟增长")):
+        body = f"# {topic}\n\n## 现象\n\n线上服务出现{topic}，需要尽快排查原因并处理。\n"
+        write_doc(docs, f"zh{i}.md", source=f"zh-{i}", scope="par-zh", breadcrumb="运维 > 故障", body=body,
+                  extra="language: zh")
     seq = Settings(home=tmp_path / "seq", embedding_batch_size=4)
     par = Settings(home=tmp_path / "par", embedding_batch_size=4)
     sequential = reindex([docs], settings=seq)
     capfd.readouterr()
     ok, parallel = run_reindex_flow([str(docs)], None, False, str(par.home), task_runner="dask")
-    assert ok and parallel["added"] == sequential.added == 12
+    assert ok and parallel["added"] == sequential.added == 15
     printed = "".join(capfd.readouterr())
     # the local cluster closes after its client: a successful run prints no traceback
     assert "Traceback" not in printed and "CommClosedError" not in printed
     assert asyncio.run(_embed_task_runs()) >= 6
-    assert parallel["chunks_embedded"] == sequential.chunks_embedded == 24
-    a, b = vectors(seq, "par"), vectors(Settings(home=par.home), "par")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key][1] == b[key][1]
-        np.testing.assert_allclose(a[key][0], b[key][0], atol=1e-5)
+    assert parallel["chunks_embedded"] == sequential.chunks_embedded == 27
+    assert parallel["scopes"]["par-zh"]["chunks_embedded"] == 3
+    for scope in ("par", "par-zh"):
+        a, b = vectors(seq, scope), vectors(Settings(home=par.home), scope)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key][1] == b[key][1]
+            np.testing.assert_allclose(a[key][0], b[key][0], atol=1e-5)

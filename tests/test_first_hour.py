@@ -121,5 +121,6 @@ def test_start_up_says_what_is_loading(tmp_path, settings, capsys):
     write_doc(tmp_path / "docs", "a.md", source="a", scope="s", body="# A\n\n## X\n\nFirst page.\n")
     assert main(["reindex", str(tmp_path / "docs"), "--home", str(settings.home), "--json"]) == 0
     captured = capsys.readouterr()
-    assert "loading the embedding model" in captured.err.splitlines()[0]
+    first = captured.err.splitlines()[0]
+    assert "loading the stores" in first and "embedding models" in first and "multilingual-e5-small" in first
     json.loads(captured.out)  # stdout stays one JSON object

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kbflow.core.models import short_name
+
 PIPED_WIDTH = 100
 MIN_WIDTH = 40
 INDENT = "   "
@@ -24,7 +26,11 @@ L0_REASONS = {
     "l0_domain_overlap": "its breadcrumb domain matches the query (L0 index)",
     "l0_category_overlap": "its category matches the query (L0 index)",
 }
-MODES = {"hybrid": "hybrid: vector meaning and BM25 keywords, fused", "dense": "dense: vector meaning only"}
+MODES = {
+    "hybrid": "hybrid: vector meaning and BM25 keywords, fused",
+    "dense": "dense: vector meaning only",
+    "bm25": "bm25: keywords only",
+}
 FALLBACKS = {
     "filtered_vector_low_quality": "found only weak evidence",
     "filtered_vector_no_evidence": "found no usable evidence",
@@ -118,10 +124,11 @@ def _gate_lines(trace: Mapping[str, Any]) -> list[str]:
             f" — best {gate['topEvidenceKey']} ({signals}) quality {gate['topQuality']:.2f};"
             f" floor {gate['floor']:.2f}, reference {gate['reference']:.2f}, precise {gate['precise']:.2f}"
         )
+    models = trace.get("models", {})
     return [
         line,
         *(
-            f"calibration for scope {scope}: {label}"
+            f"scope {scope}: model {short_name(models.get(scope, '?'))}; calibration {label}"
             for scope, label in trace.get("calibrations", {}).items()
         ),
     ]

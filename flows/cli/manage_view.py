@@ -33,7 +33,8 @@ def print_status(uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str,
             f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
             f"({st.documents_with_errors} with errors), {st.chunks} chunks in Milvus "
             f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
-            f"  analyzer {st.analyzer}, model {st.model} ({st.dim}-d), last changed {st.updated_at}",
+            f"  analyzer {st.analyzer}, model {st.model_name or st.model} ({st.dim}-d), "
+            f"last changed {st.updated_at}" + (f"\n  [yellow]note:[/yellow] {st.note}" if st.note else ""),
             highlight=False,
         )
         for root, n in st.roots.items():

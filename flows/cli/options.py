@@ -38,20 +38,33 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
         value = getattr(args, field, None)
         if value:
             out[field] = (value, flag)
+    scope = getattr(args, "scope", None)
     analyzer = getattr(args, "analyzer", None)
     if analyzer:
         out["analyzer"] = (analyzer, "--analyzer")
-        scope = getattr(args, "scope", None)
         if scope:
             out["scope_analyzers"] = ({scope: analyzer}, "--analyzer with --scope")
+    model = getattr(args, "model", None)
+    if model and scope:
+        out["scopes"] = ({scope: {"embedding_model": model}}, "--model with --scope")
+    elif model:
+        out["embedding_model"] = (model, "--model")
     return out
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
-    """Settings: flags > KBFLOW_* environment > the settings file > defaults."""
+    """Settings: flags > KBFLOW_* environment > the settings file > defaults. A per-scope flag
+    (--model with --scope) is merged into the scopes the file or environment set."""
     from kbflow.core.settings import Settings
 
-    return Settings(**{field: value for field, (value, _) in flag_overrides(args).items()})
+    values = {field: value for field, (value, _) in flag_overrides(args).items()}
+    if "scopes" in values:
+        known = Settings(**{k: v for k, v in values.items() if k != "scopes"}).scopes
+        merged = {name: own.model_dump(exclude_none=True) for name, own in known.items()}
+        for name, own in values["scopes"].items():
+            merged[name] = {**merged.get(name, {}), **own}
+        values["scopes"] = merged
+    return Settings(**values)
 
 
 @contextmanager
@@ -114,7 +127,11 @@ def settings_error_message(exc: Exception) -> str:
 
 def say_what_loads(settings: Any) -> None:
     """Importing torch and loading the model take seconds before any output: say so (stderr,
-    so --json output stays one object)."""
+    so --json output stays one object). Each scope's model loads when that scope needs it."""
     model = (settings.embedding_model or "all-MiniLM-L6-v2 (packaged)") + f" on {settings.embedding_backend}"
     where = settings.resolved_milvus_uri
-    print(f"kbflow: loading the embedding model {model} and the stores ({where}) …", file=sys.stderr)
+    print(
+        f"kbflow: loading the stores ({where}) and, as scopes need them, the embedding models "
+        f"({model}; Chinese scopes: {settings.multilingual_model or model}) …",
+        file=sys.stderr,
+    )

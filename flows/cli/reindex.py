@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from kbflow.flows.cli.options import RAW, add_store_flags, say_what_loads
+from kbflow.flows.cli.options import RAW, add_store_flags, flag_overrides, say_what_loads
 
 DESCRIPTION = (
     "Index every *.md under PATH... Unchanged files cost nothing; changed files replace their "
@@ -40,6 +40,14 @@ def add_parsers(sub: Any) -> None:
         "--analyzer",
         choices=["standard", "jieba"],
         help="BM25 analyzer for scopes created or rebuilt by this run",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="embedding model for scopes created or rebuilt by this run (with --scope: that scope's, "
+        "as [scopes.S] embedding_model in kbflow.toml): all-MiniLM-L6-v2 (English), "
+        "multilingual-e5-small (Chinese and mixed), or a sentence-transformers model directory; "
+        "changing a scope's model needs --full. Default: by the documents' language",
     )
     p.add_argument("--prefect", action="store_true", help="run as the Prefect 'reindex' flow")
     p.add_argument(
@@ -97,10 +105,19 @@ def _through_prefect(args: argparse.Namespace, settings: Any) -> Any:
         args.task_runner,
         args.dask_address,
         allow_mass_delete=args.allow_mass_delete,
+        settings=flag_settings(args),
     )
     scopes = {k: ScopeSummary(**v) for k, v in data.pop("scopes").items()}
     data.pop("ok")
     return ReindexSummary(**data, scopes=scopes)
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings this command's flags set, for the flow (which reads the rest itself)."""
+    from kbflow.flows.cli.options import settings_from_args
+
+    names = {name for name in flag_overrides(args) if name != "home"}
+    return settings_from_args(args).model_dump(mode="json", include=names) if names else {}
 
 
 def _in_process(args: argparse.Namespace, settings: Any, err: Any) -> Any:
