@@ -7,8 +7,16 @@ on chunks (at write time, into the `lexical` field) and on queries (at search ti
 English: lowercase, drop stop words, Snowball-stem, and split identifiers. `KubePodCrashLooping`,
 `max_connections`, `kube-proxy` and `net.ipv4.tcp_tw_reuse` are indexed whole (separators
 removed) *and* as their stemmed parts, so "crash looping" meets `KubePodCrashLooping` and the
-exact identifier still scores higher than its parts alone. Chinese scopes keep Milvus's jieba
-tokenizer: their text passes through unchanged.
+exact identifier still scores higher than its parts alone.
+
+Chinese, in the same pass: full-width forms are folded to half-width (`ＳＱＬ，` → `SQL,`), each
+run of CJK ideographs is cut by jieba in search mode (a word and its dictionary sub-words:
+`连接池` → `连接 连接池`) and Chinese stop words are dropped; everything between the runs is
+analysed as English, so `Broker Load`, `max_compaction_score`, `ERROR 1064` and `fe.conf` inside
+Chinese text are identifiers as anywhere else. Every token is letters and digits only, so
+Milvus's `standard` tokenizer (Lite: `\w+`; a server: alphanumeric runs) indexes exactly these
+tokens on both. `LexicalConfig("lowercase")` still hands raw text to Milvus's own analyzer
+(its jieba tokenizer for Chinese scopes), for comparison.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ from functools import lru_cache
 # CJK ideographs (extension A, unified, compatibility): the one definition of "Chinese text"
 # for language detection, quality signals and L0 terms
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
+# full-width ASCII (U+FF01-FF5E) and the ideographic space, folded to their half-width forms
+_HALF_WIDTH = {cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
 
 
 def has_cjk(text: str) -> bool:
@@ -47,6 +58,18 @@ STOPWORDS = frozenset(
     we'd we'll we're we've were weren't what what's when when's where where's which while who
     who's whom why why's with won't would wouldn't you you'd you'll you're you've your yours
     yourself yourselves s t d ll m re ve""".split()
+)
+
+
+# Chinese function words, pronouns, particles and question words: what a question says about
+# itself, never what it asks about (a common IR list, trimmed to words jieba emits).
+ZH_STOPWORDS = frozenset(
+    """的 地 得 了 着 过 是 在 和 与 及 或 而 并 且 也 还 都 就 又 才 只 被 把 将 对 于 从 向 以 为
+    给 让 这 那 这个 那个 这些 那些 这样 那样 这种 那种 这里 那里 哪 哪个 哪些 哪里 哪儿 什么 怎么
+    怎么办 怎样 怎么样 如何 为什么 为何 是否 是不是 能否 吗 呢 吧 啊 呀 哦 嘛 么 啦 我 你 您 他 她
+    它 我们 你们 他们 它们 咱们 自己 其 其中 之 所 一个 一些 一下 一直 一种 个 些 有 有没有 没有
+    会 能 能够 可以 可 要 需要 应该 请问 请 想 如果 但是 但 然后 所以 因为 虽然 以及 或者 还是
+    很 非常 比较 更 最 太 已经 时 时候 的话 等 等等 即 即可 之后 之前 里 中 上 下""".split()
 )
 
 
@@ -85,12 +108,49 @@ def _terms(token: str, split_ids: bool) -> list[str]:
     return out
 
 
-def analyze(text: str, split_ids: bool = True) -> str:
-    """The English analysis as a space-separated token string (what the BM25 field indexes)."""
-    tokens: list[str] = []
+def fold_width(text: str) -> str:
+    """Full-width letters, digits and punctuation as their ASCII forms."""
+    return text.translate(_HALF_WIDTH)
+
+
+def _english(text: str, split_ids: bool, out: list[str]) -> None:
     for raw in _TOKEN.findall(text):
-        tokens.extend(_terms(raw, split_ids))
+        out.extend(_terms(raw, split_ids))
+
+
+def analyze(text: str, split_ids: bool = True) -> str:
+    """The analysis as a space-separated token string (what the BM25 field indexes): English
+    terms, and jieba search-mode words for each run of Chinese characters."""
+    tokens: list[str] = []
+    if not CJK.search(text):
+        _english(text, split_ids, tokens)
+        return " ".join(tokens)
+    text, pos = fold_width(text), 0
+    for run in _CJK_RUN.finditer(text):
+        _english(text[pos : run.start()], split_ids, tokens)
+        tokens.extend(chinese_terms(run.group()))
+        pos = run.end()
+    _english(text[pos:], split_ids, tokens)
     return " ".join(tokens)
+
+
+@lru_cache(maxsize=1)
+def jieba_module():
+    """jieba, its dictionary loaded once and its "Building prefix dict…" notes kept off stderr
+    (every kbflow use of jieba goes through here)."""
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()
+    return jieba
+
+
+@lru_cache(maxsize=65536)
+def chinese_terms(run: str) -> tuple[str, ...]:
+    """A run of Chinese characters as jieba search-mode words, stop words dropped."""
+    return tuple(w for w in jieba_module().cut_for_search(run) if w not in ZH_STOPWORDS)
 
 
 @dataclass(frozen=True)
@@ -103,7 +163,13 @@ class LexicalConfig:
 
     @property
     def version(self) -> str:
-        return f"{self.mode}{'+fields' if self.fields else ''}/2"
+        # /3: Chinese runs are cut by kbflow (jieba search mode, stop words, full-width folded)
+        return f"{self.mode}{'+fields' if self.fields else ''}/3"
+
+    def tokenizer(self, analyzer: str) -> str:
+        """The Milvus tokenizer of the BM25 field: `standard` reads kbflow's tokens as they are;
+        Milvus's own jieba only where Chinese text reaches it raw (`lowercase`)."""
+        return "jieba" if analyzer == "jieba" and self.mode == "lowercase" else "standard"
 
     @classmethod
     def parse(cls, version: str | None) -> LexicalConfig | None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kbflow.core.analysis import CJK
+from kbflow.core.analysis import CJK, jieba_module
 from kbflow.core.sql import L0EntryRow, L0TermRow
 from kbflow.retrieval.contracts import L0Navigation
 
@@ -41,7 +41,7 @@ def query_terms(query: str, max_ngram: int = 3) -> list[str]:
     for n in range(1, max_ngram + 1):
         terms += [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
     if CJK.search(text):
-        import jieba
+        jieba = jieba_module()
 
         toks = [t.strip() for t in jieba.cut(text) if t.strip()]
         for n in range(1, max_ngram + 1):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from kbflow.core.analysis import CJK
+from kbflow.core.analysis import CJK, jieba_module
 
 LEGACY_LABELS = {
     "l2_distance": "dense",
@@ -46,7 +46,7 @@ def content_terms(text: str) -> set[str]:
     of 2+ characters (single characters are mostly particles)."""
     words = {t.lower().strip(".-") for t in _TOKEN.findall(text)}
     if CJK.search(text):
-        import jieba
+        jieba = jieba_module()
 
         words = {w.lower() for w in jieba.cut(text) if w.strip()}
     return {w for w in words if len(w) >= 2 and w not in STOPWORDS}

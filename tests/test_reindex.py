@@ -7,6 +7,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from kbflow.core import milvus_store as ms
+from kbflow.core.analysis import LexicalConfig
 from kbflow.core.embedder import model_id_for
 from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
@@ -221,9 +222,13 @@ def test_chinese_scope_uses_jieba(tmp_path, settings, stores):
     summary = reindex([tmp_path / "zh"], settings=settings, stores=stores)
     assert summary.scopes["kb-zh"].analyzer == "jieba"
     alias = summary.scopes["kb-zh"].collection
+    # kbflow cuts the Chinese text itself (jieba search mode, stop words): the BM25 field holds
+    # its tokens, and a query analysed the same way meets them on Milvus Lite as on a server
+    query = LexicalConfig().query_text("连接池满了怎么办")
+    assert query.split() == ["连接", "连接池", "满"]
     hits = stores.milvus.search(
         alias,
-        data=["连接池满了怎么办"],
+        data=[query],
         anns_field="sparse",
         limit=2,
         output_fields=["doc_id"],
