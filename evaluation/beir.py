@@ -347,7 +347,7 @@ def beir_command(args: Any, settings: Settings) -> int:
     negatives = load_negatives(Path(args.negatives)) if args.negatives else {}
     if args.negatives_from:
         negatives |= negatives_from(Path(args.negatives_from))
-    modes = ["hybrid", "dense"] if args.mode == "both" else [args.mode]
+    modes = {"both": ["hybrid", "dense"], "all": ["hybrid", "dense", "bm25"]}.get(args.mode, [args.mode])
     options = {"depth": args.depth, "negatives": negatives, "run_dir": args.run_dir and Path(args.run_dir)}
     options |= {"compare": args.compare, "compare_runs": [Path(f) for f in args.compare_runs]}
     report = run_beir(Path(args.beir), args.scope, settings, modes, **options)

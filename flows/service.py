@@ -43,7 +43,7 @@ class LookupRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1, max_length=MAX_REQUEST_QUERY_CHARS)
     kb_scope: str | None = None
-    mode: Literal["hybrid", "dense"] = "hybrid"
+    mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
     agent: bool = False
 
 

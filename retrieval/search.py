@@ -1,4 +1,6 @@
-"""One search attempt over the scope collections: hybrid (dense + BM25, fused here) or dense.
+"""One search attempt over the scope collections: hybrid (dense + BM25, fused here), dense, or
+bm25 (the BM25 leg alone, ranked by its own scores; the query is still embedded, so every
+candidate's quality has its exact cosine).
 
 Every attempt filters on kb_scope; a FILTERED_VECTOR attempt adds the L0 category. The two
 legs run as separate searches and are fused client-side (`fusion.py`: RRF or a convex
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbflow.core.analysis import LexicalConfig, has_cjk
+from kbflow.core.analysis import LexicalConfig
 from kbflow.core.chunk_store import ChunkRow, ChunkStore
 from kbflow.retrieval.contracts import Hit
 from kbflow.retrieval.fusion import convex, rrf
@@ -34,7 +36,7 @@ class ScopeTarget:
 
 @dataclass(frozen=True)
 class SearchSpec:
-    mode: str  # hybrid | dense
+    mode: str  # hybrid | dense | bm25
     limit: int
     rrf_k: int = 60
     dense_weight: float = 1.0
@@ -93,10 +95,13 @@ def run_legs(
     spec: SearchSpec,
     category: str | None,
 ) -> tuple[Leg, Leg]:
-    """The dense leg and the BM25 leg (empty in dense mode, or when analysis leaves no term)."""
+    """The dense leg and the BM25 leg (empty in dense mode, or when analysis leaves no term;
+    the dense leg is empty in bm25 mode)."""
     where = {"scope": target.kb_scope, "limit": spec.limit, "category": category}
     dense_vector = vector.tolist()
     text = target.lexical.query_text(query) if target.lexical else query
+    if spec.mode == "bm25":
+        return Leg([], []), _leg(store.text_search(target.alias, text, **where) if text.strip() else [])
     if spec.mode == "dense" or not text.strip():
         return _leg(store.search(target.alias, dense_vector, **where)), Leg([], [])
     # the legs are two round trips that wait on the store, not on us: send them together
@@ -127,8 +132,7 @@ def fuse_legs(
     dense: Leg, sparse: Leg, vector: np.ndarray, spec: SearchSpec, query: str = ""
 ) -> list[tuple[ChunkRow, float, int | None, int | None, float | None]]:
     """(row, fused score, dense rank, BM25 rank, BM25 score magnitude) best first."""
-    # Chinese text is cut by jieba inside Milvus, not by our analysis: coverage cannot judge it
-    judge = spec.lexical_trust and sparse.rows and not has_cjk(query)
+    judge = spec.lexical_trust and sparse.rows and spec.mode == "hybrid"
     trust = lexical_trust(query, sparse) if judge else 1.0
     by_id: dict[str, ChunkRow] = {}
     for row in [*sparse.rows, *dense.rows]:
@@ -137,6 +141,8 @@ def fuse_legs(
     sparse_ids = [row.id for row in sparse.rows]
     if spec.mode == "dense":
         fused = [(i, -d) for i, d in zip(dense_ids, dense.scores, strict=True)]
+    elif spec.mode == "bm25":  # magnitudes: Milvus Lite's BM25 scores are negative, a server's positive
+        fused = [(i, abs(s)) for i, s in zip(sparse_ids, sparse.scores, strict=True)]
     elif spec.fusion == "convex":
         cosine = {i: 1.0 - squared_l2(by_id[i].dense, vector) / 2.0 for i in by_id}
         # BM25 scores come back negative from Milvus Lite and positive from a server: use the

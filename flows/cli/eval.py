@@ -27,6 +27,9 @@ ACTION_HELP = (
 )
 
 
+MODE_SETS = {"both": ["hybrid", "dense"], "all": ["hybrid", "dense", "bm25"]}
+
+
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "eval", help="run the golden retrieval cases and gate on the baseline", description=DESCRIPTION
@@ -55,11 +58,18 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--mode",
-        choices=["hybrid", "dense", "both"],
+        choices=["hybrid", "dense", "bm25", "both", "all"],
         default="both",
-        help="search mode(s) to run (default both)",
+        help="search mode(s) to run: both = hybrid and dense (default), all = hybrid, dense and bm25",
     )
     p.add_argument("--scope", help="only the cases of this scope; with --beir, the scope to ingest into")
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="embedding model of the scope(s) this eval builds (with --scope: that scope's), e.g. "
+        "all-MiniLM-L6-v2 or multilingual-e5-small; default: by the documents' language. calibrate: "
+        "fit only the queries embedded with it",
+    )
     p.add_argument("--cases", help="cases file (default eval/rag-retrieval/cases/golden-cases.json)")
     p.add_argument("--fixtures", help="fixtures directory (default eval/rag-retrieval/fixtures)")
     p.add_argument("--json-report", metavar="F", help="write the full report as JSON to F")
@@ -172,7 +182,7 @@ def _golden(args: argparse.Namespace, settings: Any) -> Any:
 
     return run_eval(
         source=args.source or "live",
-        modes=["hybrid", "dense"] if args.mode == "both" else [args.mode],
+        modes=MODE_SETS.get(args.mode, [args.mode]),
         settings=settings,
         cases_path=Path(args.cases) if args.cases else EVAL_ROOT / "cases" / "golden-cases.json",
         fixtures_dir=Path(args.fixtures) if args.fixtures else EVAL_ROOT / "fixtures",

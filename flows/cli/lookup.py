@@ -30,7 +30,11 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("lookup", help="look up evidence for a query", description=DESCRIPTION)
     p.add_argument("query", nargs="?", help="the symptom, error message or question")
     p.add_argument("--scope", help="kb_scope to search (default: all scopes)")
-    p.add_argument("--mode", choices=["hybrid", "dense"], help="search mode (default hybrid)")
+    p.add_argument(
+        "--mode",
+        choices=["hybrid", "dense", "bm25"],
+        help="search mode (default hybrid): dense = vectors only, bm25 = keywords only",
+    )
     p.add_argument("--agent", action="store_true", help="project to the agent contract (RagToolResult)")
     p.add_argument("--queries", metavar="FILE.jsonl", help="batch: one JSON object per line")
     p.add_argument(
