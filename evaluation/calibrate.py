@@ -35,6 +35,7 @@ class LabelledQuery:
     dataset: str
     kind: str  # answerable | near | off
     hits: list[tuple[dict[str, float], bool]] = field(default_factory=list)
+    model_id: str = ""  # the model its query and candidates were embedded with
 
     @property
     def answerable(self) -> bool:

@@ -40,7 +40,9 @@ def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
             continue
         kind = "answerable" if case.expected_doc_ids else (case.negative or "off")
         expected = set(case.expected_doc_ids)
-        out.append(LabelledQuery(case.id, "golden", kind, [(h.signals, h.doc_id in expected) for h in hits]))
+        hits = [(h.signals, h.doc_id in expected) for h in hits]
+        model = r.retrieval_trace.models.get(case.kb_scope, "")
+        out.append(LabelledQuery(case.id, "golden", kind, hits, model))
     return out
 
 
@@ -64,7 +66,8 @@ def beir_queries(
         rel = qrels.get(qid, {})
         kind = "answerable" if qid in judged else negatives[qid][1]
         hits = [(h.signals, mapping.get(h.doc_id, h.doc_id) in rel) for h in _selected_hits(r)]
-        out.append(LabelledQuery(qid, root.name if root.name != "beir" else root.parent.name, kind, hits))
+        name = root.name if root.name != "beir" else root.parent.name
+        out.append(LabelledQuery(qid, name, kind, hits, r.retrieval_trace.models.get(scope, "")))
     return out
 
 
@@ -107,46 +110,54 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
 
-def write_chart(result: CalibrationResult, queries: Sequence[LabelledQuery], path: Path, pool: int) -> None:
-    """Left: each query's best candidate in (cosine, coverage) by kind, with the floor's line.
+Fitted = tuple[CalibrationResult, Sequence[LabelledQuery]]
+
+
+def write_chart(results: Sequence[Fitted], path: Path, pool: int) -> None:
+    """One row per model (so an English and a multilingual model sit one above the other).
+    Left: each query's best candidate in (cosine, coverage) by kind, with the floor's line.
     Right: histograms of the query quality by kind, with the three thresholds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 2, figsize=(12, 5 * len(results)), squeeze=False)
+    for (result, queries), (ax1, ax2) in zip(results, axes, strict=True):
+        _chart_row(result, queries, pool, ax1, ax2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _chart_row(result: CalibrationResult, queries: Sequence[LabelledQuery], pool: int, ax1: Any, ax2: Any):
     import numpy as np
 
+    from kbflow.core.models import short_name
     from kbflow.evaluation.calibrate import query_score
 
     cal = result.calibration
     colours = {"answerable": "tab:green", "near": "tab:orange", "off": "tab:red"}
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5))
     for kind, colour in colours.items():
         group = [q for q in queries if q.kind == kind and q.hits]
         best = [max(q.hits[:pool], key=lambda h: cal.quality(h[0]))[0] for q in group]
         ax1.scatter(
             [b["cosine"] for b in best], [b["coverage"] for b in best], s=12, c=colour, label=kind, alpha=0.7
         )
-        ax2.hist(
-            [query_score(cal, q, pool) for q in group],
-            bins=20,
-            range=(0, 1),
-            alpha=0.5,
-            color=colour,
-            label=kind,
-        )
+        scores = [query_score(cal, q, pool) for q in group]
+        ax2.hist(scores, bins=20, range=(0, 1), alpha=0.5, color=colour, label=kind)
     _floor_line(ax1, cal, np)
+    name = short_name(cal.model_id) if cal.model_id else "model"
+    ax1.set_title(f"{name}: best candidate of each query")
     ax1.set_xlabel("cosine")
     ax1.set_ylabel("query-term coverage")
     ax1.legend()
-    for value, name in ((cal.floor, "floor"), (cal.reference, "reference"), (cal.precise, "precise")):
+    for value, label in ((cal.floor, "floor"), (cal.reference, "reference"), (cal.precise, "precise")):
         ax2.axvline(value, linestyle="--", color="black")
-        ax2.text(value, ax2.get_ylim()[1] * 0.9, name, rotation=90)
+        ax2.text(value, ax2.get_ylim()[1] * 0.9, label, rotation=90)
+    ax2.set_title(f"{name}: gate quality by kind of query")
     ax2.set_xlabel("gate quality of the best candidate")
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def _floor_line(ax: Any, cal: Calibration, np: Any) -> None:
@@ -180,14 +191,23 @@ def collect(args: Any, settings: Settings, depth: int) -> tuple[list[LabelledQue
     return queries, sources
 
 
-def calibrate_command(args: Any, settings: Settings) -> int:
-    """`kbflow eval calibrate`: exit 0 when the objective is met, 1 when it cannot be, 2 on bad input."""
-    import json
+def by_model(queries: Sequence[LabelledQuery], wanted: str | None) -> dict[str, list[LabelledQuery]]:
+    """The queries grouped by the model that embedded them: a calibration belongs to one model.
+    `wanted` (a model name) keeps only that model's queries."""
+    from kbflow.core.models import base_model_id, resolve_model
 
-    from kbflow.core.embedder import model_id_for
-    from kbflow.core.stores import keep_home_backend, open_stores
+    keep = base_model_id(resolve_model(wanted).model_id) if wanted else None
+    groups: dict[str, list[LabelledQuery]] = {}
+    for q in queries:
+        if keep is None or base_model_id(q.model_id) == keep:
+            groups.setdefault(q.model_id, []).append(q)
+    return dict(sorted(groups.items()))
+
+
+def calibrate_command(args: Any, settings: Settings) -> int:
+    """`kbflow eval calibrate`: one calibration per model the queries were embedded with; exit 0
+    when each meets the objective, 1 when one cannot, 2 on bad input."""
     from kbflow.evaluation.calibrate import calibrate
-    from kbflow.retrieval import calibration
 
     if not (args.golden or args.beir):
         print("kbflow: error: give --golden, --beir DIR --scope S, or both", file=sys.stderr)
@@ -199,25 +219,40 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         return 2
     pool = settings.retrieve_k
     queries, sources = collect(args, settings, pool)
-    settings = keep_home_backend(open_stores(settings)).settings  # the backend the scopes use
+    groups = by_model(queries, getattr(args, "model", None))
+    export = getattr(args, "export", None)
+    if export and len(groups) != 1:
+        names = ", ".join(groups) or "none"
+        print(f"kbflow: error: --export writes one model's calibration; the queries used {names}: "
+              "choose one with --model NAME", file=sys.stderr)
+        return 2
     # exported, a calibration is a default for any scope of the model
-    scope = "*" if getattr(args, "export", None) or not args.scope else args.scope
-    result = calibrate(
-        queries,
-        model_id=model_id_for(settings.embedding_model, settings.embedding_backend),
-        kb_scope=scope,
-        pool=pool,
-        source=" + ".join(sources),
-    )
-    print(render(result))
+    scope = "*" if export or not args.scope else args.scope
+    results = []
+    for model_id, group in groups.items():
+        result = calibrate(group, model_id=model_id, kb_scope=scope, pool=pool, source=" + ".join(sources))
+        print(f"== {model_id}: {len(group)} queries ==\n{render(result)}\n")
+        results.append((result, group))
+    _save(args, settings, results, pool)
+    return 0 if all(r.rates["objective_met"] for r, _ in results) else 1
+
+
+def _save(args: Any, settings: Settings, results: list[Fitted], pool: int) -> None:
+    import json
+
+    from kbflow.core.stores import open_stores
+    from kbflow.retrieval import calibration
+
     if args.chart:
-        write_chart(result, queries, Path(args.chart), pool)
+        write_chart(results, Path(args.chart), pool)
         print(f"chart: {args.chart}")
     export = getattr(args, "export", None)
     if export:
-        Path(export).write_text(json.dumps(result.to_dict(), separators=(",", ":")) + "\n", encoding="utf-8")
+        data = results[0][0].to_dict()
+        Path(export).write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
         print(f"calibration written to {export}")
     if args.store:
-        calibration.store(open_stores(settings).sql, result.calibration, result.to_dict())
-        print(f"stored for model {result.calibration.model_id}, scope {scope}: lookups there use it now")
-    return 0 if result.rates["objective_met"] else 1
+        for result, _ in results:
+            cal = result.calibration
+            calibration.store(open_stores(settings).sql, cal, result.to_dict())
+            print(f"stored for model {cal.model_id}, scope {cal.kb_scope}: lookups there use it now")

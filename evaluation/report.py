@@ -125,13 +125,26 @@ def mode_differences(per_mode: dict[str, list[tuple[GoldenCase, CaseOutcome]]]) 
     return out
 
 
+def by_scope(pairs: Sequence[tuple[GoldenCase, CaseOutcome]]) -> dict[str, dict[str, Any]]:
+    """The metrics of each scope's cases, when there are several (English and Chinese runbooks
+    are judged apart: a regression in one must not hide in the other's average)."""
+    scopes = sorted({c.kb_scope for c, _ in pairs})
+    if len(scopes) < 2:
+        return {}
+    return {sc: mode_metrics([(c, o) for c, o in pairs if c.kb_scope == sc]) for sc in scopes}
+
+
 def build_report(source: str, per_mode: dict[str, list[tuple[GoldenCase, CaseOutcome]]]) -> dict[str, Any]:
     return {
         "schema": REPORT_SCHEMA,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": source,
         "modes": {
-            mode: {"metrics": mode_metrics(pairs), "cases": [o.to_dict() for _, o in pairs]}
+            mode: {
+                "metrics": mode_metrics(pairs),
+                "by_scope": by_scope(pairs),
+                "cases": [o.to_dict() for _, o in pairs],
+            }
             for mode, pairs in per_mode.items()
         },
         "mode_differences": mode_differences(per_mode),
@@ -162,6 +175,14 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
             f"  effectiveness {_fmt(met.get('fallback_effectiveness'))}"
             f"  L0 false kills {_pct(met.get('l0_false_kill_rate'))}",
         ]
+        for scope, sm in (m.get("by_scope") or {}).items():
+            out.append(
+                f"  scope {scope}: {sm['cases']} cases, pass {sm['pass_rate']:.3f}, nDCG@10 "
+                f"{_fmt(sm.get('candidate_ndcg@10'))}, MRR {_fmt(sm.get('candidate_mrr'))}, no evidence: "
+                f"false {_pct(sm.get('false_no_evidence_rate'))}, true near "
+                f"{_pct(sm.get('true_no_evidence_rate_near'))} "
+                f"off {_pct(sm.get('true_no_evidence_rate_off'))}"
+            )
     return out
 
 
@@ -185,6 +206,7 @@ def report_markdown(report: dict[str, Any], chart_name: str | None = None) -> st
         lines.append(
             f"| {key} | " + " | ".join(_fmt(report["modes"][m]["metrics"].get(key)) for m in modes) + " |"
         )
+    lines += _scope_table(report, modes)
     if chart_name:
         lines += ["", f"![metrics per mode]({chart_name})"]
     diffs = report.get("mode_differences") or []
@@ -215,6 +237,21 @@ def report_markdown(report: dict[str, Any], chart_name: str | None = None) -> st
             lines += ["", "Failures:", ""]
             lines += [f"- `{c['case_id']}`: " + "; ".join(c["failures"]) for c in failing]
     return "\n".join(lines) + "\n"
+
+
+def _scope_table(report: dict[str, Any], modes: list[str]) -> list[str]:
+    scopes = sorted({sc for m in modes for sc in report["modes"][m].get("by_scope") or {}})
+    if not scopes:
+        return []
+    keys = ("cases", "pass_rate", "candidate_ndcg@10", "candidate_mrr", "false_no_evidence_rate",
+            "true_no_evidence_rate_near", "true_no_evidence_rate_off")
+    cols = [(m, sc) for m in modes for sc in scopes]
+    out = ["", "Per scope:", "", "| metric | " + " | ".join(f"{m} {sc}" for m, sc in cols) + " |"]
+    out.append("|---|" + "---:|" * len(cols))
+    for key in keys:
+        cells = [_fmt((report["modes"][m].get("by_scope") or {}).get(sc, {}).get(key)) for m, sc in cols]
+        out.append(f"| {key} | " + " | ".join(cells) + " |")
+    return out
 
 
 def write_chart(report: dict[str, Any], path: Path) -> None:
@@ -295,12 +332,11 @@ def diff_reports(current: dict[str, Any], baseline: dict[str, Any]) -> dict[str,
                 f"dense and hybrid now rank every case alike (the baseline differed on "
                 f"{len(baseline['mode_differences'])} cases): is one mode running the other?"
             )
-        for key in METRIC_KEYS:
-            a, b = cm.get(key), bm.get(key)
-            if a is None or b is None or abs(a - b) <= TOLERANCE:
-                continue
-            worse = a > b if key in LOWER_IS_BETTER else a < b
-            (regressions if worse else improvements).append(f"{mode}: {key} {_fmt(b)} -> {_fmt(a)}")
+        pairs = [(mode, cm, bm)]
+        cs, bs = current["modes"][mode].get("by_scope") or {}, baseline["modes"][mode].get("by_scope") or {}
+        pairs += [(f"{mode} {sc}", cs[sc], bs[sc]) for sc in sorted(set(cs) & set(bs))]
+        for where, cur_m, base_m in pairs:
+            _compare_metrics(where, cur_m, base_m, regressions, improvements)
     return {
         "schema": DIFF_SCHEMA,
         "baseline_generated_at": baseline.get("generated_at"),
@@ -311,6 +347,15 @@ def diff_reports(current: dict[str, Any], baseline: dict[str, Any]) -> dict[str,
         "known_failures": known,
         "ok": not regressions,
     }
+
+
+def _compare_metrics(where: str, cur: dict, base: dict, regressions: list, improvements: list) -> None:
+    for key in METRIC_KEYS:
+        a, b = cur.get(key), base.get(key)
+        if a is None or b is None or abs(a - b) <= TOLERANCE:
+            continue
+        worse = a > b if key in LOWER_IS_BETTER else a < b
+        (regressions if worse else improvements).append(f"{where}: {key} {_fmt(b)} -> {_fmt(a)}")
 
 
 def diff_markdown(diff: dict[str, Any]) -> str:

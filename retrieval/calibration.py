@@ -1,7 +1,9 @@
 """Where a scope's gate calibration comes from, in order: a calibration stored for (model,
-scope) by `kbflow eval calibrate`; one stored for (model, "*"); the default shipped for the
-packaged model (`default_calibration.json`, fitted on the golden corpus and CACM); else the
-plain cosine. Thresholds set in Settings override whichever applies."""
+scope) by `kbflow eval calibrate`; one stored for (model, "*"); the default shipped for each
+packaged model (`default_calibration.json` for all-MiniLM-L6-v2, fitted on the golden corpus
+and CACM; `default_calibration.multilingual-e5-small.json`, fitted on the Chinese golden corpus
+and starrocks-faq-zh); else the plain cosine. Thresholds set in Settings override whichever
+applies."""
 
 from __future__ import annotations
 
@@ -11,24 +13,29 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from kbflow.core.embedder import DEFAULT_MODEL_ID, base_model_id
+from kbflow.core.models import DEFAULT_MODEL_ID, E5_MODEL_ID, base_model_id
 from kbflow.core.settings import Settings
 from kbflow.core.sql import CalibrationRow, SqlStore, utcnow
 from kbflow.retrieval.gate import Calibration
 
 DEFAULT_FILE = Path(__file__).with_name("default_calibration.json")
+PACKAGED = {  # base model id -> its packaged calibration (its backends share it)
+    DEFAULT_MODEL_ID: DEFAULT_FILE,
+    E5_MODEL_ID: Path(__file__).with_name("default_calibration.multilingual-e5-small.json"),
+}
 LEXICAL = Calibration(
     kind="lexical", floor=0.5, reference=0.5, precise=0.75, source="lexical coverage (model cannot embed)"
 )
 
 
-@lru_cache(maxsize=1)
-def packaged_default() -> Calibration | None:
+@lru_cache(maxsize=8)
+def packaged_default(base_model: str = DEFAULT_MODEL_ID) -> Calibration | None:
+    path = PACKAGED.get(base_model)
     try:
-        data = json.loads(DEFAULT_FILE.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8")) if path else None
     except FileNotFoundError:
         return None
-    return Calibration.from_dict(data["calibration"])
+    return Calibration.from_dict(data["calibration"]) if data else None
 
 
 def stored(sql: SqlStore, model_id: str, scope: str) -> Calibration | None:
@@ -45,8 +52,8 @@ def resolve(sql: SqlStore, settings: Settings, model_id: str, scope: str, lexica
         cal = LEXICAL
     else:
         cal = stored(sql, model_id, scope)
-        if cal is None and base_model_id(model_id) == DEFAULT_MODEL_ID:  # its ONNX exports too
-            cal = packaged_default()
+        if cal is None:  # a packaged model's default serves each of its backends
+            cal = packaged_default(base_model_id(model_id))
         if cal is None:
             cal = Calibration(model_id=model_id)
     return cal.with_overrides(settings.usable_floor, settings.reference_threshold, settings.precise_threshold)
