@@ -13,6 +13,8 @@ gives a reindex beside a running service (every core but one). Target: p95 under
 kbflow's settings <= 3 x the quiet p95 (a lookup embeds in one thread either way).
 
     python bench/lookup.py [--docs 1300] [--queries 200] [--no-load]
+    python bench/lookup.py --corpus ../shared/data/starrocks-faq-zh/seed-docs --docs 600 \
+        --queries-from ../shared/data/starrocks-faq-zh/beir/queries.jsonl --no-load   # Chinese
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import VOCAB  # noqa: E402
+from bench.ingest import VOCAB, copy_corpus  # noqa: E402
 from bench.ingest import make_corpus as make_ingest_corpus  # noqa: E402
+from kbflow.core.models import choice_for_id  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.core.stores import close_all, open_stores, query_threads  # noqa: E402
 from kbflow.ingest.reindex import reindex  # noqa: E402
@@ -128,13 +131,18 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--docs", type=int, default=1300, help="documents in the generated corpus")
     ap.add_argument("--queries", type=int, default=200, help="queries timed on each side")
     ap.add_argument("--no-load", action="store_true", help="skip the lookups-under-load part")
+    ap.add_argument("--corpus", type=Path, help="index the first --docs Markdown files of this directory")
+    ap.add_argument("--queries-from", type=Path, help="queries.jsonl (BEIR) to cycle through")
     return ap.parse_args()
 
 
-def build_index(work: Path, docs: int, rng: random.Random) -> Settings:
+def build_index(work: Path, docs: int, rng: random.Random, corpus: Path | None = None) -> Settings:
     root = work / "corpus"
     root.mkdir()
-    make_corpus(root, docs, rng)
+    if corpus:
+        copy_corpus(corpus, root, docs)
+    else:
+        make_corpus(root, docs, rng)
     settings = Settings(home=work / "home")
     t = time.perf_counter()
     summary = reindex([root], stores=open_stores(settings))
@@ -153,8 +161,10 @@ def side_by_side(settings: Settings, queries: list[str]) -> tuple[list[float], l
     target = retriever.targets("bench")[0]
     stores = open_stores(settings)
 
+    embedder = stores.embedder_for(choice_for_id(target.model_id))  # the scope's model
+
     def raw(query: str) -> None:
-        vec = stores.embedder.encode([query], query_threads(settings))[0].tolist()
+        vec = embedder.encode_queries([query], query_threads(settings))[0].tolist()
         text = target.lexical.query_text(query) if target.lexical else query
         stores.chunks.hybrid_search(
             target.alias, vec, text, scope="bench", limit=settings.retrieve_k, rrf_k=settings.rrf_k
@@ -209,8 +219,13 @@ def main() -> int:
     args = parse_args()
     rng = random.Random(11)
     work = Path(tempfile.mkdtemp(prefix="kbflow-lookup-bench-"))
-    settings = build_index(work, args.docs, rng)
-    queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
+    settings = build_index(work, args.docs, rng, args.corpus)
+    if args.queries_from:
+        lines = args.queries_from.read_text("utf-8").splitlines()
+        texts = [json.loads(line)["text"] for line in lines if line.strip()]
+        queries = [texts[i % len(texts)] for i in range(args.queries)]
+    else:
+        queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
     a_ms, b_ms, fallbacks = side_by_side(settings, queries)
     summary = quiet_summary(a_ms, b_ms, fallbacks)
     ok = summary["ratios"]["lookup_over_raw_p50"] <= 1.5

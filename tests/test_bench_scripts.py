@@ -18,5 +18,5 @@ def _load(name: str):
 def test_ingest_bench_chunks_a_corpus_like_reindex(tmp_path: Path, settings):
     bench = _load("ingest")
     write_doc(tmp_path, "a.md", source="a", body="# A\n\n## One\n\nFirst section.\n\n## Two\n\nSecond.\n")
-    texts = bench.chunk_texts(tmp_path, settings)
-    assert len(texts) == 2 and "First section." in texts[0]
+    texts, docs = bench.parsed_corpus(tmp_path, settings)
+    assert len(texts) == 2 and "First section." in texts[0] and [d.doc_id for d in docs] == ["a"]
