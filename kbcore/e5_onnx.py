@@ -30,7 +30,7 @@ import numpy as np
 
 from kbflow.core.models import ModelUnavailable
 
-EXPORT_VERSION = "1"
+EXPORT_VERSION = "2"  # 2: the word table stays 4-bit in the graph
 META_FILE = "kbflow-e5.json"
 SUB_BATCH = 16
 META = "\u2581"
@@ -127,7 +127,12 @@ def _read_tensors(r: _Reader, data: bytes, cfg: dict) -> dict[str, np.ndarray]:
         if shape is None:
             continue
         raw = data[off : off + nbytes]
-        if len(shape) == 2 and nbytes < shape[0] * shape[1] * 4:
+        if name == "emb.word":  # 250k rows: kept 4-bit (54 MB, not 384), dequantised in the graph
+            blocks = np.frombuffer(raw, dtype=np.dtype([("d", "<f2"), ("qs", "u1", 16)]))
+            nb = shape[1] // 32
+            out["emb.word.qs"] = blocks["qs"].reshape(shape[0], nb, 16).copy()
+            out["emb.word.d"] = blocks["d"].astype(np.float32).reshape(shape[0], nb)
+        elif len(shape) == 2 and nbytes < shape[0] * shape[1] * 4:
             out[name] = _dequantize(raw, *shape)
         else:
             out[name] = np.frombuffer(raw, dtype="<f4").reshape(shape).copy()
@@ -169,7 +174,15 @@ def _torch_encoder(cfg: dict, ten: dict[str, np.ndarray]):
         def __init__(self) -> None:
             super().__init__()
             self.params = nn.ParameterDict({n.replace(".", "_"): nn.Parameter(t(n), requires_grad=False)
-                                            for n in ten})
+                                            for n in ten if n != "emb.word.qs"})
+            self.register_buffer("word_qs", t("emb.word.qs"))
+
+        def word(self, ids: torch.Tensor) -> torch.Tensor:
+            """The engine's deq_row in the graph: byte j holds weight j (low) and j + 16 (high)."""
+            qs = self.word_qs[ids].to(torch.float32)
+            high = torch.floor(qs / 16.0)
+            values = torch.cat([qs - 16.0 * high, high], dim=-1) - 8.0
+            return (values * self.p("emb.word.d")[ids].unsqueeze(-1)).reshape(*ids.shape, h)
 
         def p(self, name: str) -> torch.Tensor:
             return self.params[name.replace(".", "_")]
@@ -182,7 +195,7 @@ def _torch_encoder(cfg: dict, ten: dict[str, np.ndarray]):
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             b, n = input_ids.shape
-            x = self.p("emb.word")[input_ids] + self.p("emb.pos")[:n].unsqueeze(0) + self.p("emb.type")[0]
+            x = self.word(input_ids) + self.p("emb.pos")[:n].unsqueeze(0) + self.p("emb.type")[0]
             x = nn.functional.layer_norm(x, (h,), self.p("emb.ln.w"), self.p("emb.ln.b"), eps)
             bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -1e9
             for i in range(cfg["layers"]):
