@@ -65,10 +65,11 @@ def navigate(session: Session, query: str, scopes: Sequence[str]) -> L0Navigatio
     per_doc: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
     for scope, doc_id, term, kind in matches:
         per_doc[(scope, doc_id)].add((term, kind))
+    # plain columns, not ORM rows: a common term can match hundreds of documents
     entries = {
-        (e.kb_scope, e.doc_id): e
-        for e in session.scalars(
-            select(L0EntryRow).where(
+        (scope, doc_id): (category, title)
+        for scope, doc_id, category, title in session.execute(
+            select(L0EntryRow.kb_scope, L0EntryRow.doc_id, L0EntryRow.category, L0EntryRow.title).where(
                 L0EntryRow.kb_scope.in_(list(scopes)),
                 L0EntryRow.doc_id.in_([d for _, d in per_doc]),
             )
@@ -76,9 +77,9 @@ def navigate(session: Session, query: str, scopes: Sequence[str]) -> L0Navigatio
     }
     by_category: dict[str, int] = defaultdict(int)
     for key, found in per_doc.items():
-        entry = entries.get(key)
-        if entry is not None and entry.category:
-            by_category[entry.category] += len(found)
+        doc_category = entries.get(key, (None, None))[0]
+        if doc_category:
+            by_category[doc_category] += len(found)
     ranked = sorted(by_category.items(), key=lambda kv: (-kv[1], kv[0]))
     category = None
     if ranked and ranked[0][1] >= MIN_CATEGORY_MATCHES and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
@@ -93,7 +94,7 @@ def navigate(session: Session, query: str, scopes: Sequence[str]) -> L0Navigatio
         domain_hints=of_kind("domain", "category"),
         matched_keywords=of_kind("keyword", "title"),
         entities=of_kind("entity"),
-        l0_titles=[entries[k].title for k in docs_by_strength if k in entries][:MAX_TITLES],
+        l0_titles=[entries[k][1] for k in docs_by_strength if k in entries][:MAX_TITLES],
         doc_reasons={
             f"{scope}:{doc_id}": sorted({REASON_BY_KIND[kind] for _, kind in per_doc[(scope, doc_id)]})
             for scope, doc_id in per_doc
