@@ -35,7 +35,7 @@ from kbflow.core.models import ModelChoice, resolve_model  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.core.stores import close_all, ingest_threads, open_stores  # noqa: E402
 from kbflow.ingest.chunking import chunk_markdown  # noqa: E402
-from kbflow.ingest.parsing import ParsedDocument, parse_document, read_text  # noqa: E402
+from kbflow.ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text  # noqa: E402
 from kbflow.ingest.reindex import reindex  # noqa: E402
 from kbflow.ingest.scope_config import choose_model  # noqa: E402
 from kbflow.ingest.sources import discover  # noqa: E402
@@ -63,14 +63,25 @@ def make_corpus(root: Path, docs: int, sections: int, words: int, seed: int = 7)
 
 
 def copy_corpus(source: Path, root: Path, docs: int) -> None:
-    """The first `docs` Markdown files of `source` (sorted), moved into the scope `bench`."""
-    files = sorted(source.glob("*.md"))[:docs]
-    if not files:
-        raise SystemExit(f"{source}: no *.md files")
-    for path in files:
-        text = path.read_text(encoding="utf-8")
-        text = re.sub(r"(?m)^kb_scope:.*$", "kb_scope: bench", text, count=1)
+    """The first `docs` Markdown files of `source` (sorted) that parse, moved into the scope
+    `bench`. A file a reindex would reject (e.g. a breadcrumb that is not a valid category) is
+    skipped: the bench times the indexing of good documents."""
+    taken = skipped = 0
+    for path in sorted(source.glob("*.md")):
+        if taken == docs:
+            break
+        text = re.sub(r"(?m)^kb_scope:.*$", "kb_scope: bench", path.read_text(encoding="utf-8"), count=1)
+        try:
+            parse_document(text, content_hash="", rel_path=path.name, root=str(root), default_scope="bench")
+        except DocumentError:
+            skipped += 1
+            continue
         (root / path.name).write_text(text, encoding="utf-8")
+        taken += 1
+    if not taken:
+        raise SystemExit(f"{source}: no Markdown file kbflow can index")
+    if skipped:
+        print(f"skipped {skipped} file(s) a reindex would reject")
 
 
 def parsed_corpus(root: Path, settings: Settings) -> tuple[list[str], list[ParsedDocument]]:
