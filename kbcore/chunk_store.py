@@ -146,11 +146,14 @@ class ChunkStore(Protocol):
     def count(self, collection: str, scope: str) -> int: ...
 
     # search: dense (L2, smaller is nearer), BM25 over `lexical`, and the store's own fusion
+    # `exclude`: documents (by source) left out of a search, as if they were not indexed
     def search(
-        self, collection: str, vector: Sequence[float], *, scope: str, limit: int, category: str | None = None
+        self, collection: str, vector: Sequence[float], *, scope: str, limit: int,
+        category: str | None = None, exclude: Sequence[str] = (),
     ) -> Scored: ...
     def text_search(
-        self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None
+        self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None,
+        exclude: Sequence[str] = (),
     ) -> Scored: ...
     def hybrid_search(
         self, collection: str, vector: Sequence[float], text: str, *, scope: str, limit: int, rrf_k: int = 60

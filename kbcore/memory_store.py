@@ -99,26 +99,34 @@ class MemoryChunkStore:
     def count(self, collection: str, scope: str) -> int:
         return sum(1 for r in self._table(collection).values() if r.kb_scope == validate_scope(scope))
 
-    def _rows(self, collection: str, scope: str, category: str | None) -> list[ChunkRow]:
+    def _rows(
+        self, collection: str, scope: str, category: str | None, exclude: Sequence[str] = ()
+    ) -> list[ChunkRow]:
         validate_scope(scope)
         if category:
             validate_category(category)
+        out = {doc_key(s) for s in exclude}
         rows = self._table(collection).values()
-        return [r for r in rows if r.kb_scope == scope and (not category or r.category == category)]
+        return [
+            r for r in rows
+            if r.kb_scope == scope and (not category or r.category == category) and r.doc_id not in out
+        ]
 
     def search(
-        self, collection: str, vector: Sequence[float], *, scope: str, limit: int, category: str | None = None
+        self, collection: str, vector: Sequence[float], *, scope: str, limit: int,
+        category: str | None = None, exclude: Sequence[str] = (),
     ) -> Scored:
         def l2(row: ChunkRow) -> float:
             return sum((a - b) ** 2 for a, b in zip(row.dense, vector, strict=True))
 
-        scored = [(r, l2(r)) for r in self._rows(collection, scope, category)]
+        scored = [(r, l2(r)) for r in self._rows(collection, scope, category, exclude)]
         return sorted(scored, key=lambda t: t[1])[:limit]
 
     def text_search(
-        self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None
+        self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None,
+        exclude: Sequence[str] = (),
     ) -> Scored:
-        rows = self._rows(collection, scope, category)
+        rows = self._rows(collection, scope, category, exclude)
         docs = [Counter(r.lexical.lower().split()) for r in rows]
         avg = sum(sum(d.values()) for d in docs) / max(len(docs), 1)
         terms = set(text.lower().split())

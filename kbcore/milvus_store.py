@@ -28,7 +28,7 @@ from kbflow.core.chunk_store import (  # noqa: F401  (the limits are the schema'
     new_physical_name,
 )
 from kbflow.core.errors import StoreError
-from kbflow.core.validation import doc_key, eq, in_list, validate_category, validate_scope
+from kbflow.core.validation import doc_key, eq, in_list, not_in_list, validate_category, validate_scope
 
 QUERY_BATCH = 1000
 
@@ -218,11 +218,15 @@ def count_rows(client: MilvusClient, collection: str, scope: str) -> int:
     return int(res[0]["count(*)"]) if res else 0
 
 
-def search_filter(scope: str, category: str | None = None) -> str:
-    """The scope (and category) filter of a search, from validated values."""
+def search_filter(scope: str, category: str | None = None, exclude: Iterable[str] = ()) -> str:
+    """The scope (and category) filter of a search, from validated values; `exclude` leaves
+    documents out by source, through their keys, so no user text enters the expression."""
     expr = eq("kb_scope", validate_scope(scope))
     if category:
         expr += f" and {eq('category', validate_category(category))}"
+    keys = sorted({doc_key(s) for s in exclude})
+    if keys:
+        expr += f" and {not_in_list('doc_id', keys)}"
     return expr
 
 
@@ -286,21 +290,23 @@ class MilvusChunkStore:
         return count_rows(self.client, collection, scope)
 
     def search(
-        self, collection: str, vector: Sequence[float], *, scope: str, limit: int, category: str | None = None
+        self, collection: str, vector: Sequence[float], *, scope: str, limit: int,
+        category: str | None = None, exclude: Sequence[str] = (),
     ) -> Scored:
         params = {"metric_type": "L2", "params": {"ef": max(64, limit * 2)}}
         res = self.client.search(
             collection, data=[list(vector)], anns_field="dense", limit=limit,
-            filter=search_filter(scope, category), output_fields=HIT_FIELDS, search_params=params,
+            filter=search_filter(scope, category, exclude), output_fields=HIT_FIELDS, search_params=params,
         )[0]
         return _scored(res)
 
     def text_search(
-        self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None
+        self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None,
+        exclude: Sequence[str] = (),
     ) -> Scored:
         res = self.client.search(
             collection, data=[text], anns_field="sparse", limit=limit,
-            filter=search_filter(scope, category), output_fields=HIT_FIELDS,
+            filter=search_filter(scope, category, exclude), output_fields=HIT_FIELDS,
             search_params={"metric_type": "BM25"},
         )[0]
         return _scored(res)

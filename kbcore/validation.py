@@ -80,3 +80,7 @@ def eq(field: str, value: str) -> str:
 
 def in_list(field: str, values: Iterable[str]) -> str:
     return f"{field} in [{', '.join(literal(v) for v in values)}]"
+
+
+def not_in_list(field: str, values: Iterable[str]) -> str:
+    return f"{field} not in [{', '.join(literal(v) for v in values)}]"

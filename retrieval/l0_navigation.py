@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -51,7 +51,11 @@ def query_terms(query: str, max_ngram: int = 3) -> list[str]:
     return list(dict.fromkeys(t for t in terms if t))[:400]
 
 
-def navigate(session: Session, query: str, scopes: Sequence[str]) -> L0Navigation:
+def navigate(
+    session: Session, query: str, scopes: Sequence[str], exclude: Collection[str] = ()
+) -> L0Navigation:
+    """`exclude`: documents (by source) treated as absent, so a leave-out run gets no hint from
+    the document it leaves out."""
     if not scopes:
         return L0Navigation()
     terms = query_terms(query)
@@ -64,7 +68,10 @@ def navigate(session: Session, query: str, scopes: Sequence[str]) -> L0Navigatio
         return L0Navigation()
     per_doc: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
     for scope, doc_id, term, kind in matches:
-        per_doc[(scope, doc_id)].add((term, kind))
+        if doc_id not in exclude:
+            per_doc[(scope, doc_id)].add((term, kind))
+    if not per_doc:
+        return L0Navigation()
     # plain columns, not ORM rows: a common term can match hundreds of documents
     entries = {
         (scope, doc_id): (category, title)

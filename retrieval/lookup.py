@@ -7,6 +7,7 @@ reused by every call.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from kbflow.core.settings import Settings
 from kbflow.core.stores import open_stores, with_announced_endpoint
@@ -42,10 +43,12 @@ def lookup_knowledge(
     mode: str = "hybrid",
     settings: Settings | None = None,
     depth: int | None = None,
+    exclude: Sequence[str] = (),
 ) -> LookupResult:
     """Look up evidence for `query` in `kb_scope` (None = the settings' scope, empty = all).
-    `depth` widens the candidate list (for evaluation); the evidence stays bounded by return_n."""
-    return get_retriever(settings).lookup(query, kb_scope=kb_scope, mode=mode, depth=depth)
+    `depth` widens the candidate list (for evaluation); the evidence stays bounded by return_n.
+    `exclude` searches as if these documents (by source) were not indexed."""
+    return get_retriever(settings).lookup(query, kb_scope=kb_scope, mode=mode, depth=depth, exclude=exclude)
 
 
 def project_for_agent(result: LookupResult, settings: Settings | None = None) -> RagToolResult:

@@ -6,6 +6,7 @@ rule, `assemble` the delivered result); this one only chains them.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -210,9 +211,10 @@ class Retriever:
         query = " ".join(query.split())
         return Request(query[: s.max_query_chars], kb_scope, mode, len(query) > s.max_query_chars)
 
-    def _spec(self, mode: str, depth: int | None) -> SearchSpec:
+    def _spec(self, mode: str, depth: int | None, exclude: tuple[str, ...] = ()) -> SearchSpec:
         s = self.settings
         return SearchSpec(
+            exclude=exclude,
             mode=mode,
             limit=max(s.retrieve_k, depth or 0),
             rrf_k=s.rrf_k,
@@ -246,20 +248,29 @@ class Retriever:
         return processed, trace
 
     def lookup(
-        self, query: str, *, kb_scope: str | None = None, mode: str | None = None, depth: int | None = None
+        self,
+        query: str,
+        *,
+        kb_scope: str | None = None,
+        mode: str | None = None,
+        depth: int | None = None,
+        exclude: Sequence[str] = (),
     ) -> LookupResult:
         """`depth` asks for at least that many candidates (the eval ranks them); the evidence
-        returned is still bounded by return_n."""
+        returned is still bounded by return_n. `exclude` names documents (by source) to search
+        as if they were not indexed — in L0 and in both legs: how the gate's calibration makes
+        a near-domain question from an answerable one."""
         request = self._request(query, kb_scope, mode)
         timer = _Timer()
         t0 = t = time.perf_counter()
         targets = self.targets(request.kb_scope)
+        left_out = tuple(sorted(set(exclude)))
         with self.stores.sql.session() as session:
-            nav = navigate(session, request.query, [tg.kb_scope for tg in targets])
+            nav = navigate(session, request.query, [tg.kb_scope for tg in targets], left_out)
         t = timer.stage("l0", t)
         vectors, t = self._embed_query(request.query, targets, timer, t)
         cals = {tg.kb_scope: self.calibrations[tg.kb_scope] for tg in targets}
-        run = _Run(request, targets, vectors, self._spec(request.mode, depth), cals, nav, timer)
+        run = _Run(request, targets, vectors, self._spec(request.mode, depth, left_out), cals, nav, timer)
         selected = with_fallback(
             lambda name, category: self._attempt(run, name, category),
             nav.category_filter,

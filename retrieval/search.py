@@ -44,6 +44,7 @@ class SearchSpec:
     fusion: str = "rrf"  # rrf | convex
     convex_alpha: float = 0.7  # convex: the dense leg's share at equal weights and full trust
     lexical_trust: bool = True  # scale the BM25 leg by how much of the query its best hits contain
+    exclude: tuple[str, ...] = ()  # documents (by source) searched as if not indexed: leave-out runs
 
 
 @dataclass
@@ -97,7 +98,7 @@ def run_legs(
 ) -> tuple[Leg, Leg]:
     """The dense leg and the BM25 leg (empty in dense mode, or when analysis leaves no term;
     the dense leg is empty in bm25 mode)."""
-    where = {"scope": target.kb_scope, "limit": spec.limit, "category": category}
+    where = {"scope": target.kb_scope, "limit": spec.limit, "category": category, "exclude": spec.exclude}
     dense_vector = vector.tolist()
     text = target.lexical.query_text(query) if target.lexical else query
     if spec.mode == "bm25":

@@ -1,9 +1,10 @@
 """Property test: no source id, however hostile, reaches a Milvus filter or SQL as code.
 
 Every filter path that takes documents (delete, delete the tail of a document, read for a
-rebuild copy) runs with generated ids — quotes, backslashes, `or`/`and`, unicode, 512-character
-values — against a real Milvus Lite file and Milvus Lite's gRPC server, and must touch exactly
-the documents it names. SQL records are written and read back through the same ids.
+rebuild copy, a search that leaves documents out) runs with generated ids — quotes,
+backslashes, `or`/`and`, unicode, 512-character values — against a real Milvus Lite file and
+Milvus Lite's gRPC server, and must touch exactly the documents it names. SQL records are
+written and read back through the same ids.
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ def test_filters_touch_exactly_the_named_documents(client, target, other):
 
         copied = ms.read_doc_rows(client, name, SCOPE, [other])
         assert {r["source"] for r in copied} == {other} and len(copied) == 3
+
+        # a leave-out search: both legs, everything but the named document
+        store = ms.MilvusChunkStore(client)
+        for leg in (store.search(name, [0.5] * DIM, scope=SCOPE, limit=20, exclude=[target]),
+                    store.text_search(name, "text", scope=SCOPE, limit=20, exclude=[target])):
+            assert {row.source for row, _ in leg} == {other, bystander}
 
         ms.delete_chunks_from(client, name, SCOPE, other, 1)
         ms.delete_docs(client, name, SCOPE, [target])

@@ -66,6 +66,19 @@ def test_decoy_drives_the_single_fallback(seeded):
     assert all(a.elapsed_ms > 0 for a in trace.attempts)
 
 
+def test_leave_out_searches_as_if_the_document_were_not_indexed(seeded):
+    """The leave-out run behind self-calibration: the answer's document is absent from L0 and
+    both legs, so the same question becomes a near-domain one."""
+    query = "kafka consumer group lag growing"
+    left_out = ["kafka-consumer-lag"]
+    r = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded, depth=50, exclude=left_out)
+    seen = {h.doc_id for hits in r.candidates.values() for h in hits}
+    assert seen and "kafka-consumer-lag" not in seen
+    assert "rag-eval:kafka-consumer-lag" not in r.retrieval_trace.l0.doc_reasons
+    both = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded, depth=50)
+    assert docs(both)[0] == "kafka-consumer-lag"  # nothing else changed: the next lookup finds it
+
+
 def test_chinese_query(seeded):
     r = lookup_knowledge("数据库连接池满了怎么办", kb_scope="rag-eval-zh", settings=seeded)
     assert r.found and docs(r)[0] == "mysql-pool-exhausted-zh"
