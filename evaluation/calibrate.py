@@ -148,6 +148,7 @@ def calibrate(
     pool: int,
     source: str,
     features: Sequence[str] = FEATURES,
+    origin: str = "labelled",
 ) -> CalibrationResult:
     """Fit the model, choose the floor by the objective, report what it achieves."""
     x, y = training_set(queries, features)
@@ -176,6 +177,7 @@ def calibrate(
         model_id=model_id,
         kb_scope=kb_scope,
         source=f"calibrated {when} on {source}",
+        origin=origin,
     )
     return CalibrationResult(
         cal, achieved(cal, queries, pool), distributions(cal, queries, pool), _samples(queries, pool)

@@ -188,6 +188,14 @@ def collect(args: Any, settings: Settings, depth: int) -> tuple[list[LabelledQue
         queries += beir_queries(Path(args.beir), args.scope, settings, depth, negatives)
         name = Path(args.beir).name if Path(args.beir).name != "beir" else Path(args.beir).parent.name
         sources.append(f"BEIR {name} ({len(negatives)} negatives)")
+    if getattr(args, "self_pairs", False):
+        from kbflow.evaluation.self_calibration import run_pairs, self_asked
+
+        asked = self_asked(settings, args.scope, args.max_docs)
+        print(f"asking {len(asked)} pseudo-queries from scope {args.scope}, with and without their "
+              "document …", file=sys.stderr)
+        queries += run_pairs(asked, settings, depth)
+        sources.append(f"self: {len(asked)} pseudo-queries from scope {args.scope}")
     return queries, sources
 
 
@@ -209,8 +217,14 @@ def calibrate_command(args: Any, settings: Settings) -> int:
     when each meets the objective, 1 when one cannot, 2 on bad input."""
     from kbflow.evaluation.calibrate import calibrate
 
-    if not (args.golden or args.beir):
-        print("kbflow: error: give --golden, --beir DIR --scope S, or both", file=sys.stderr)
+    self_pairs = getattr(args, "self_pairs", False)
+    if not (args.golden or args.beir or self_pairs):
+        print("kbflow: error: give --golden, --beir DIR --scope S, --self --scope S, or several",
+              file=sys.stderr)
+        return 2
+    if self_pairs and not args.scope:
+        print("kbflow: error: --self needs --scope S (the scope whose documents make the queries)",
+              file=sys.stderr)
         return 2
     if args.beir and not args.scope:
         print(
@@ -218,7 +232,11 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         )
         return 2
     pool = settings.retrieve_k
-    queries, sources = collect(args, settings, pool)
+    try:
+        queries, sources = collect(args, settings, pool)
+    except ValueError as exc:  # e.g. --self on a scope that is not indexed
+        print(f"kbflow: error: {exc}", file=sys.stderr)
+        return 2
     groups = by_model(queries, getattr(args, "model", None))
     export = getattr(args, "export", None)
     if export and len(groups) != 1:
@@ -226,11 +244,15 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         print(f"kbflow: error: --export writes one model's calibration; the queries used {names}: "
               "choose one with --model NAME", file=sys.stderr)
         return 2
+    labelled = args.golden or args.beir
+    origin = "self + labelled" if self_pairs and labelled else ("self" if self_pairs else "labelled")
     # exported, a calibration is a default for any scope of the model
     scope = "*" if export or not args.scope else args.scope
     results = []
     for model_id, group in groups.items():
-        result = calibrate(group, model_id=model_id, kb_scope=scope, pool=pool, source=" + ".join(sources))
+        result = calibrate(
+            group, model_id=model_id, kb_scope=scope, pool=pool, source=" + ".join(sources), origin=origin
+        )
         print(f"== {model_id}: {len(group)} queries ==\n{render(result)}\n")
         results.append((result, group))
     _save(args, settings, results, pool)

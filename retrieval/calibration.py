@@ -59,6 +59,23 @@ def resolve(sql: SqlStore, settings: Settings, model_id: str, scope: str, lexica
     return cal.with_overrides(settings.usable_floor, settings.reference_threshold, settings.precise_threshold)
 
 
+def describe(sql: SqlStore, model_id: str, scope: str) -> dict[str, str]:
+    """Which calibration a scope's lookups use, for `kbflow status`: its origin (labelled, self,
+    self + labelled, packaged, none), the scope it was stored for, when, and from what."""
+    with sql.session() as session:
+        for key in (scope, "*"):
+            row = session.get(CalibrationRow, (model_id, key))
+            if row is not None:
+                cal = Calibration.from_dict(row.params)
+                when = row.created_at.isoformat(timespec="seconds") if row.created_at else ""
+                return {"origin": cal.origin or "labelled", "stored_for": key, "created_at": when,
+                        "source": cal.source}
+    packaged = packaged_default(base_model_id(model_id))
+    if packaged is not None:
+        return {"origin": "packaged", "stored_for": "", "created_at": "", "source": packaged.source}
+    return {"origin": "none", "stored_for": "", "created_at": "", "source": Calibration().source}
+
+
 def store(sql: SqlStore, cal: Calibration, data: dict) -> None:
     with sql.session() as session, session.begin():
         session.merge(

@@ -45,6 +45,7 @@ class Calibration:
     model_id: str = ""
     kb_scope: str = "*"
     source: str = "uncalibrated: quality is the clamped cosine"
+    origin: str = ""  # what it was fitted on: labelled | self | self + labelled ("" = packaged/none)
 
     def quality(self, signals: Mapping[str, float]) -> float:
         if self.kind == "lexical":  # a model that cannot embed the scope's language

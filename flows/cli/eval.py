@@ -136,9 +136,25 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
     cal = p.add_argument_group(
         "calibrate",
         "kbflow eval calibrate [--golden] [--beir DIR --scope S --negatives F | --negatives-from DIR] "
-        "[--no-store] [--chart F.png]",
+        "[--self --scope S] [--no-store] [--chart F.png]",
     )
     cal.add_argument("--golden", action="store_true", help="use the golden cases")
+    cal.add_argument(
+        "--self",
+        dest="self_pairs",
+        action="store_true",
+        help="no labels needed: make pseudo-queries from scope S's own documents (titles, headings, "
+        "salient sentences, tf-idf keywords) and ask each with its document and with it left out "
+        "(a near-domain question by construction); stored for (model, S). With --golden or --beir "
+        "the pairs are added to the labelled queries",
+    )
+    cal.add_argument(
+        "--max-docs",
+        type=int,
+        default=60,
+        metavar="N",
+        help="--self: documents that give pseudo-queries (a seeded sample of the scope; default 60)",
+    )
     cal.add_argument(
         "--store",
         action=argparse.BooleanOptionalAction,

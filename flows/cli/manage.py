@@ -161,9 +161,12 @@ def status(args: argparse.Namespace, settings: Any) -> int:
     """Per scope and per root; scopes without documents are not listed."""
     from kbflow.core.stores import open_stores
     from kbflow.ingest.status import last_run, root_counts, scope_statuses
+    from kbflow.retrieval.calibration import describe
 
     stores = open_stores(settings)
     statuses = scope_statuses(stores)
+    for st in statuses:
+        st.calibration = describe(stores.sql, st.model, st.kb_scope)
     roots, run = root_counts(statuses), last_run(stores)
     uri = stores.settings.resolved_milvus_uri
     if args.json:

@@ -34,7 +34,8 @@ def print_status(uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str,
             f"({st.documents_with_errors} with errors), {st.chunks} chunks in Milvus "
             f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
             f"  analyzer {st.analyzer}, model {st.model_name or st.model} ({st.dim}-d), "
-            f"last changed {st.updated_at}" + (f"\n  [yellow]note:[/yellow] {st.note}" if st.note else ""),
+            f"last changed {st.updated_at}\n  gate calibration: {_calibration(st.calibration)}"
+            + (f"\n  [yellow]note:[/yellow] {st.note}" if st.note else ""),
             highlight=False,
         )
         for root, n in st.roots.items():
@@ -50,6 +51,16 @@ def print_status(uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str,
             f"last reindex: {run['finished_at']} ({run['mode']}, "
             f"{'ok' if run['ok'] else _n(run.get('failed', 0), 'failure')})"
         )
+
+
+def _calibration(c: Mapping[str, str]) -> str:
+    origin = c.get("origin", "none")
+    if origin == "packaged":
+        return "the model's packaged default (`kbflow eval calibrate --self --scope S` fits this scope's own)"
+    if origin == "none":
+        return "none: quality is the plain cosine (`kbflow eval calibrate --self --scope S` fits one)"
+    where = "this scope" if c.get("stored_for") not in ("*", "") else "every scope of the model"
+    return f"{origin}, fitted {c.get('created_at', '?')} for {where}"
 
 
 def print_documents(docs: Sequence[Any], filters: Mapping[str, str | None]) -> None:
