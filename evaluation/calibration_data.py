@@ -14,6 +14,7 @@ from typing import Any
 
 from kbflow.core.settings import Settings
 from kbflow.evaluation.calibrate import CalibrationResult, LabelledQuery
+from kbflow.evaluation.signals import candidate_signals
 from kbflow.retrieval.contracts import LookupResult
 from kbflow.retrieval.gate import Calibration
 
@@ -40,7 +41,8 @@ def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
             continue
         kind = "answerable" if case.expected_doc_ids else (case.negative or "off")
         expected = set(case.expected_doc_ids)
-        hits = [(h.signals, h.doc_id in expected) for h in hits]
+        signals = candidate_signals(case.query, hits)
+        hits = [(sig, h.doc_id in expected) for h, sig in zip(hits, signals, strict=True)]
         model = r.retrieval_trace.models.get(case.kb_scope, "")
         out.append(LabelledQuery(case.id, "golden", kind, hits, model))
     return out
@@ -65,7 +67,11 @@ def beir_queries(
     for qid, r in results.items():
         rel = qrels.get(qid, {})
         kind = "answerable" if qid in judged else negatives[qid][1]
-        hits = [(h.signals, mapping.get(h.doc_id, h.doc_id) in rel) for h in _selected_hits(r)]
+        selected = _selected_hits(r)
+        hits = [
+            (sig, mapping.get(h.doc_id, h.doc_id) in rel)
+            for h, sig in zip(selected, candidate_signals(texts[qid], selected), strict=True)
+        ]
         name = root.name if root.name != "beir" else root.parent.name
         out.append(LabelledQuery(qid, name, kind, hits, r.retrieval_trace.models.get(scope, "")))
     return out
@@ -273,7 +279,13 @@ def _save(args: Any, settings: Settings, results: list[Fitted], pool: int) -> No
         data = results[0][0].to_dict()
         Path(export).write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
         print(f"calibration written to {export}")
-    if args.store:
+    store = args.store
+    if store is None:  # a fit on self pairs alone is a diagnosis, not a gate (README, Answerability)
+        store = not (getattr(args, "self_pairs", False) and not (args.golden or args.beir))
+        if not store:
+            print("not stored: fitted on pseudo-queries alone, such a gate refused 41-88 % of the real "
+                  "answerable questions of three labelled sets; --store uses it anyway")
+    if store:
         for result, _ in results:
             cal = result.calibration
             calibration.store(open_stores(settings).sql, cal, result.to_dict())

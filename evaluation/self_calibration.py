@@ -18,6 +18,7 @@ from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentRow
 from kbflow.evaluation.calibrate import LabelledQuery
 from kbflow.evaluation.self_queries import pseudo_queries
+from kbflow.evaluation.signals import candidate_signals
 
 LEFT_OUT = ":left-out"
 
@@ -56,9 +57,12 @@ def self_asked(settings: Settings, scope: str, max_docs: int) -> list[Asked]:
     ]
 
 
-def _hits(result, answers: Sequence[str]) -> list[tuple[dict[str, float], bool]]:
+def _hits(query: str, result, answers: Sequence[str]) -> list[tuple[dict[str, float], bool]]:
     selected = result.candidates.get(result.retrieval_trace.selected_attempt, [])
-    return [(h.signals, h.doc_id in answers) for h in selected]
+    return [
+        (sig, h.doc_id in answers)
+        for h, sig in zip(selected, candidate_signals(query, selected), strict=True)
+    ]
 
 
 def run_pairs(
@@ -85,7 +89,7 @@ def run_pairs(
                 break
             qid = a.qid if kind == "answerable" else a.qid + LEFT_OUT
             model = r.retrieval_trace.models.get(a.kb_scope, "")
-            out.append(LabelledQuery(qid, a.dataset, kind, _hits(r, a.answers), model))
+            out.append(LabelledQuery(qid, a.dataset, kind, _hits(a.text, r, a.answers), model))
         if progress:
             progress()
     return out

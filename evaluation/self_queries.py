@@ -38,7 +38,8 @@ def prose(text: str) -> str:
     """The text people write questions from: code blocks, tables and command lines removed (a
     question quotes an error, rarely a whole command)."""
     lines = [
-        line for line in _CODE.sub(" ", text).splitlines()
+        line
+        for line in _CODE.sub(" ", text).splitlines()
         if not line.lstrip().startswith(("|", "$", "#!", "    "))
     ]
     return "\n".join(lines)
@@ -87,8 +88,7 @@ class _Idf:
 
 def _heading(rows: Sequence[ChunkRow], title: str, idf: _Idf, rng: random.Random) -> str | None:
     heads = sorted(
-        {h.split(" > ")[-1].strip() for r in rows for h in [r.heading_path] if h}
-        - {title.strip(), ""}
+        {h.split(" > ")[-1].strip() for r in rows for h in [r.heading_path] if h} - {title.strip(), ""}
     )
     heads = [h for h in heads if len(content_terms(h)) >= 2 and idf.specific(h)]
     return rng.choice(heads) if heads else None

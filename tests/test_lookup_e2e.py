@@ -79,6 +79,24 @@ def test_leave_out_searches_as_if_the_document_were_not_indexed(seeded):
     assert docs(both)[0] == "kafka-consumer-lag"  # nothing else changed: the next lookup finds it
 
 
+def test_tried_gate_signals_read_the_candidate_list(seeded):
+    """The signals calibration data carries beside cosine and coverage (evaluation/signals.py)."""
+    from kbflow.evaluation.signals import candidate_signals
+
+    query = "kafka consumer group lag growing on the pulsar cluster"
+    r = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded)
+    hits = r.candidates[r.retrieval_trace.selected_attempt]
+    signals = candidate_signals(query, hits)
+    top = signals[0]
+    assert top["cosine"] == hits[0].signals["cosine"]  # the lookup's own signals are kept
+    lead = max(range(len(hits)), key=lambda i: signals[i]["cosine"])  # the nearest document leads
+    assert signals[lead]["margin"] > 0
+    assert all(s["margin"] <= 0 for h, s in zip(hits, signals, strict=True) if h.doc_id != hits[lead].doc_id)
+    assert top["unmatched"] > 0  # "pulsar" is in no runbook
+    assert top["novel"] > 0.4  # and it is a rare word in general text
+    assert top["agreement"] > 0  # both legs found the top runbook
+
+
 def test_chinese_query(seeded):
     r = lookup_knowledge("数据库连接池满了怎么办", kb_scope="rag-eval-zh", settings=seeded)
     assert r.found and docs(r)[0] == "mysql-pool-exhausted-zh"

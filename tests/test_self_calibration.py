@@ -53,7 +53,13 @@ def test_calibrate_self_fits_the_scope_and_status_says_so(tmp_path):
     out = run_cli("eval", "calibrate", "--self", "--scope", "rag-eval", "--max-docs", "12", home=home)
     assert out.returncode in (0, 1), out.stderr  # 1: the objective cannot be met on these pairs
     assert "pseudo-queries from scope rag-eval" in out.stderr
-    assert "true no-evidence near-domain" in out.stdout and "stored for model" in out.stdout
+    assert "true no-evidence near-domain" in out.stdout and "not stored" in out.stdout
+    status = json.loads(run_cli("status", "--json", home=home).stdout)
+    assert status["scopes"][0]["calibration"]["origin"] == "packaged"  # shown, not used
+    args = ("eval", "calibrate", "--self", "--scope", "rag-eval", "--max-docs", "12", "--store")
+    out = run_cli(*args, home=home)
+    assert out.returncode in (0, 1), out.stderr
+    assert "stored for model" in out.stdout
     status = json.loads(run_cli("status", "--json", home=home).stdout)
     cal = {s["kb_scope"]: s["calibration"] for s in status["scopes"]}
     assert cal["rag-eval"]["origin"] == "self" and cal["rag-eval"]["stored_for"] == "rag-eval"

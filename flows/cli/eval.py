@@ -145,8 +145,9 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no labels needed: make pseudo-queries from scope S's own documents (titles, headings, "
         "salient sentences, tf-idf keywords) and ask each with its document and with it left out "
-        "(a near-domain question by construction); stored for (model, S). With --golden or --beir "
-        "the pairs are added to the labelled queries",
+        "(a near-domain question by construction). Measured against labelled sets, a fit on these "
+        "pairs alone refuses far too many real questions (README, Answerability), so it is shown, "
+        "not stored, unless --store; with --golden or --beir the pairs join the labelled queries",
     )
     cal.add_argument(
         "--max-docs",
@@ -158,8 +159,9 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
     cal.add_argument(
         "--store",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="store the chosen calibration per (model, scope) (default); --no-store only shows it",
+        default=None,
+        help="store the chosen calibration per (model, scope) (the default, except with --self alone); "
+        "--no-store only shows it",
     )
     cal.add_argument("--chart", metavar="F.png", help="write the gate signals' distributions chart to F.png")
     cal.add_argument(
