@@ -83,6 +83,8 @@ class Evidence(ChunkRef):
     quality_score: float
     weak: bool = False  # between the usable floor and the reference threshold: relevance none
     signals: dict[str, float] = Field(default_factory=dict)
+    dense_rank: int | None = None  # its rank in the dense leg's list (None: not in it)
+    sparse_rank: int | None = None  # its rank in the BM25 leg's list
 
 
 class AttemptTrace(Contract):

@@ -72,6 +72,8 @@ def _evidence(h: Hit, weak: bool) -> Evidence:
         signals=dict(h.signals),
         original_rank=h.original_rank,
         hit_reasons=list(h.hit_reasons),
+        dense_rank=h.dense_rank,
+        sparse_rank=h.sparse_rank,
     )
 
 

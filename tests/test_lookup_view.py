@@ -60,6 +60,9 @@ def test_the_view_shows_ranks_titles_sections_and_wrapped_excerpts(home, capsys,
     assert any("Message Queue > Kafka" in line and "kafka-lag#" in line for line in lines)
     assert any(line.strip().startswith("section: Kafka consumer lag > ") for line in lines)
     assert any(line.strip().startswith("quality ") for line in lines)
+    # each candidate's rank in the dense and BM25 lists; the top one was found by both legs
+    legs = [line.strip() for line in lines if line.strip().startswith("quality ")]
+    assert re.search(r"dense #\d+, BM25 #\d+$", legs[0]), legs[0]
     assert any(line.strip().startswith("why: ") for line in lines)
     assert widest(lines) <= 60
     # the excerpt is there, wrapped: its words in order across indented lines

@@ -162,9 +162,15 @@ def _evidence_lines(
     lines = wrap(f"{rank}. {e.get('title') or e['docId']}", width)
     lines += wrap(where, width, INDENT)
     lines += wrap(f"section: {e.get('headingPath') or '(before the first heading)'}", width, INDENT)
-    lines += wrap(f"quality {e['qualityScore']:.2f} · {level(e)}", width, INDENT)
+    lines += wrap(f"quality {e['qualityScore']:.2f} · {level(e)} · {_ranks(e)}", width, INDENT)
     lines += wrap("why: " + "; ".join(hit_reasons(e, trace)), width, INDENT)
     return [*lines, "", *wrap(_body(e["excerpt"], e.get("headingPath", "")), width, EXCERPT_INDENT)]
+
+
+def _ranks(e: Mapping[str, Any]) -> str:
+    """Where each leg ranked it: agreement between the legs is part of why to trust it."""
+    dense, bm25 = e.get("denseRank"), e.get("sparseRank")
+    return f"dense #{dense if dense else '–'}, BM25 #{bm25 if bm25 else '–'}"
 
 
 def _body(excerpt: str, heading_path: str) -> str:
