@@ -20,3 +20,22 @@ def test_ingest_bench_chunks_a_corpus_like_reindex(tmp_path: Path, settings):
     write_doc(tmp_path, "a.md", source="a", body="# A\n\n## One\n\nFirst section.\n\n## Two\n\nSecond.\n")
     texts, docs = bench.parsed_corpus(tmp_path, settings)
     assert len(texts) == 2 and "First section." in texts[0] and [d.doc_id for d in docs] == ["a"]
+
+
+def test_answerability_bench_scores_every_fit_on_the_real_questions(capsys):
+    """bench/answerability.py's tables, on toy labelled sets (its lookups are the real ones)."""
+    from kbflow.core.embedder import DEFAULT_MODEL_ID
+    from kbflow.evaluation.calibrate import LabelledQuery
+    from tests.test_calibration import labelled
+
+    bench = _load("answerability")
+    real = [LabelledQuery(q.qid, q.dataset, q.kind, q.hits, DEFAULT_MODEL_ID) for q in labelled(1)]
+    synth = labelled(2)
+    leave = [q for q in labelled(3) if q.kind != "answerable"]
+    rows, forecast = bench.measure("toy", real, synth, leave, pool=20)
+    assert [label for label, _ in rows][:2] == ["packaged", "self"]
+    assert all(set(r) == {"false no-ev", "near refused", "off refused"} for _, r in rows)
+    assert set(forecast) == {"packaged", "self"}
+    features = bench.feature_table(real, synth, leave, pool=20)
+    assert len(features) == 2 * len(bench.FEATURE_SETS)
+    assert "| cosine + coverage | self |" in capsys.readouterr().out
