@@ -107,6 +107,8 @@ class GateTrace(Contract):
     top_evidence_key: str | None = None
     top_signals: dict[str, float] = Field(default_factory=dict)
     top_quality: float | None = None
+    # the logistic model's weights (bias first): quality = sigmoid(bias + sum weight * signal)
+    weights: dict[str, float] = Field(default_factory=dict)
     floor: float | None = None
     reference: float | None = None
     precise: float | None = None

@@ -127,6 +127,7 @@ def gate_trace(processed: Processed, calibrations: Mapping[str, Calibration]) ->
         top_evidence_key=best.evidence_key,
         top_signals=dict(best.signals),
         top_quality=round(best.quality_score or 0.0, 4),
+        weights=dict(cal.weights) if cal.kind == "logistic" else {},
         floor=cal.floor,
         reference=cal.reference,
         precise=cal.precise,

@@ -63,6 +63,10 @@ def test_the_view_shows_ranks_titles_sections_and_wrapped_excerpts(home, capsys,
     # each candidate's rank in the dense and BM25 lists; the top one was found by both legs
     legs = [line.strip() for line in lines if line.strip().startswith("quality ")]
     assert re.search(r"dense #\d+, BM25 #\d+$", legs[0]), legs[0]
+    # the gate's decision with each signal's value and weight (the packaged logistic model)
+    gate = " ".join(lines[: next(i for i, line in enumerate(lines) if line.startswith("1. "))])
+    weighed = r"= sigmoid\(-\d+\.\d+ \+\d+\.\d+×cosine 0\.\d+ \+\d+\.\d+×coverage \d\.\d+\)"
+    assert re.search(weighed, gate), gate
     assert any(line.strip().startswith("why: ") for line in lines)
     assert widest(lines) <= 60
     # the excerpt is there, wrapped: its words in order across indented lines

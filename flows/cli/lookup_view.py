@@ -121,8 +121,9 @@ def _gate_lines(trace: Mapping[str, Any]) -> list[str]:
     if gate.get("topEvidenceKey"):
         signals = ", ".join(f"{k} {v:.2f}" for k, v in gate["topSignals"].items())
         line += (
-            f" — best {gate['topEvidenceKey']} ({signals}) quality {gate['topQuality']:.2f};"
-            f" floor {gate['floor']:.2f}, reference {gate['reference']:.2f}, precise {gate['precise']:.2f}"
+            f" — best {gate['topEvidenceKey']} ({signals}) quality {gate['topQuality']:.2f}"
+            f"{_weighed(gate)}; floor {gate['floor']:.2f}, reference {gate['reference']:.2f}, "
+            f"precise {gate['precise']:.2f}"
         )
     models = trace.get("models", {})
     return [
@@ -132,6 +133,19 @@ def _gate_lines(trace: Mapping[str, Any]) -> list[str]:
             for scope, label in trace.get("calibrations", {}).items()
         ),
     ]
+
+
+def _weighed(gate: Mapping[str, Any]) -> str:
+    """The quality as its logistic model computed it: each signal times its weight."""
+    weights = gate.get("weights") or {}
+    if not weights:
+        return ""
+    terms = [f"{weights.get('bias', 0.0):+.2f}"] + [
+        f"{w:+.2f}×{name} {gate['topSignals'].get(name, 0.0):.2f}"
+        for name, w in weights.items()
+        if name != "bias"
+    ]
+    return f" = sigmoid({' '.join(terms)})"
 
 
 def _level_of(trace: Mapping[str, Any], evidence: Sequence[Mapping[str, Any]]) -> Any:
