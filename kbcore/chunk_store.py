@@ -119,6 +119,15 @@ def new_physical_name(alias: str) -> str:
     return f"{alias}__{datetime.now(UTC):%Y%m%d%H%M%S}_{secrets.token_hex(2)}"
 
 
+def built_at(physical: str) -> datetime | None:
+    """When a physical collection was built (a full rebuild makes a new one), from its name."""
+    stamp = physical.rpartition("__")[2].partition("_")[0]
+    try:
+        return datetime.strptime(stamp, "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 Scored = list[tuple[ChunkRow, float]]  # best first, with the store's score (L2 or BM25)
 
 

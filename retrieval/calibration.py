@@ -8,6 +8,7 @@ applies."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -59,17 +60,26 @@ def resolve(sql: SqlStore, settings: Settings, model_id: str, scope: str, lexica
     return cal.with_overrides(settings.usable_floor, settings.reference_threshold, settings.precise_threshold)
 
 
-def describe(sql: SqlStore, model_id: str, scope: str) -> dict[str, str]:
+def describe(
+    sql: SqlStore, model_id: str, scope: str, rebuilt: datetime | None = None
+) -> dict[str, str]:
     """Which calibration a scope's lookups use, for `kbflow status`: its origin (labelled, self,
-    self + labelled, packaged, none), the scope it was stored for, when, and from what."""
+    self + labelled, packaged, none), the scope it was stored for, when, and from what; `stale`
+    when it was fitted before the scope's collection was last rebuilt (`rebuilt`)."""
     with sql.session() as session:
         for key in (scope, "*"):
             row = session.get(CalibrationRow, (model_id, key))
             if row is not None:
                 cal = Calibration.from_dict(row.params)
-                when = row.created_at.isoformat(timespec="seconds") if row.created_at else ""
-                return {"origin": cal.origin or "labelled", "stored_for": key, "created_at": when,
-                        "source": cal.source}
+                created = row.created_at
+                if created is not None and created.tzinfo is None:  # SQLite drops the zone
+                    created = created.replace(tzinfo=UTC)
+                out = {"origin": cal.origin or "labelled", "stored_for": key,
+                       "created_at": created.isoformat(timespec="seconds") if created else "",
+                       "source": cal.source}
+                if key == scope and rebuilt and created and created < rebuilt:
+                    out["stale"] = f"fitted before the last full rebuild ({rebuilt:%Y-%m-%d %H:%M} UTC)"
+                return out
     packaged = packaged_default(base_model_id(model_id))
     if packaged is not None:
         return {"origin": "packaged", "stored_for": "", "created_at": "", "source": packaged.source}

@@ -65,7 +65,14 @@ def test_calibrate_self_fits_the_scope_and_status_says_so(tmp_path):
     assert cal["rag-eval"]["origin"] == "self" and cal["rag-eval"]["stored_for"] == "rag-eval"
     assert "self: " in cal["rag-eval"]["source"]
     text = run_cli("status", home=home).stdout
-    assert "gate calibration: self, fitted" in text
+    assert "gate calibration: self, fitted" in text and "refit it" not in text
+
+    # a full rebuild makes the scope's calibration stale, and status says so
+    out = run_cli("reindex", str(REPO / "seed-docs"), "--scope", "rag-eval", "--full", home=home)
+    assert out.returncode == 0, out.stderr
+    status = json.loads(run_cli("status", "--json", home=home).stdout)
+    assert "fitted before the last full rebuild" in status["scopes"][0]["calibration"]["stale"]
+    assert "refit it" in run_cli("status", home=home).stdout
 
     bad = run_cli("eval", "calibrate", "--self", "--scope", "nowhere", home=home)
     assert bad.returncode == 2 and "nowhere" in bad.stderr and "not indexed" in bad.stderr

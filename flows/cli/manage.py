@@ -159,6 +159,7 @@ def _dump(data: Any) -> None:
 
 def status(args: argparse.Namespace, settings: Any) -> int:
     """Per scope and per root; scopes without documents are not listed."""
+    from kbflow.core.chunk_store import built_at
     from kbflow.core.stores import open_stores
     from kbflow.ingest.status import last_run, root_counts, scope_statuses
     from kbflow.retrieval.calibration import describe
@@ -166,7 +167,7 @@ def status(args: argparse.Namespace, settings: Any) -> int:
     stores = open_stores(settings)
     statuses = scope_statuses(stores)
     for st in statuses:
-        st.calibration = describe(stores.sql, st.model, st.kb_scope)
+        st.calibration = describe(stores.sql, st.model, st.kb_scope, built_at(st.alias_target or ""))
     roots, run = root_counts(statuses), last_run(stores)
     uri = stores.settings.resolved_milvus_uri
     if args.json:

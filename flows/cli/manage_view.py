@@ -60,7 +60,8 @@ def _calibration(c: Mapping[str, str]) -> str:
     if origin == "none":
         return "none: quality is the plain cosine (`kbflow eval calibrate --self --scope S` fits one)"
     where = "this scope" if c.get("stored_for") not in ("*", "") else "every scope of the model"
-    return f"{origin}, fitted {c.get('created_at', '?')} for {where}"
+    stale = f" — [yellow]{c['stale']}: refit it[/yellow]" if c.get("stale") else ""
+    return f"{origin}, fitted {c.get('created_at', '?')} for {where}{stale}"
 
 
 def print_documents(docs: Sequence[Any], filters: Mapping[str, str | None]) -> None:
