@@ -124,3 +124,12 @@ def test_start_up_says_what_is_loading(tmp_path, settings, capsys):
     first = captured.err.splitlines()[0]
     assert "loading the stores" in first and "embedding models" in first and "multilingual-e5-small" in first
     json.loads(captured.out)  # stdout stays one JSON object
+
+
+def test_a_missing_root_fails_before_anything_loads(tmp_path, capsys):
+    """Issue 26 item 9: the root is checked first; no store is opened, no model announced."""
+    home = tmp_path / "home"
+    assert main(["reindex", str(tmp_path / "nowhere"), "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert f"root {tmp_path / 'nowhere'} does not exist" in err
+    assert "loading the stores" not in err and not (home / "milvus.db").exists()

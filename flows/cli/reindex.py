@@ -75,7 +75,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from rich.console import Console
 
     from kbflow.flows.cli.views import print_reindex_summary
+    from kbflow.ingest.sources import resolve_roots
 
+    resolve_roots(args.paths)  # a missing or unreadable root fails before anything loads
     say_what_loads(settings)
     if args.scope:
         from kbflow.core.validation import validate_scope
