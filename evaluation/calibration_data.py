@@ -260,9 +260,29 @@ def calibrate_command(args: Any, settings: Settings) -> int:
             group, model_id=model_id, kb_scope=scope, pool=pool, source=" + ".join(sources), origin=origin
         )
         print(f"== {model_id}: {len(group)} queries ==\n{render(result)}\n")
+        if self_pairs:
+            print(gate_in_use(settings, args.scope, group, pool) + "\n")
         results.append((result, group))
     _save(args, settings, results, pool)
     return 0 if all(r.rates["objective_met"] for r, _ in results) else 1
+
+
+def gate_in_use(settings: Settings, scope: str, queries: Sequence[LabelledQuery], pool: int) -> str:
+    """What the calibration the scope's lookups use now does on its self pairs: no labels needed,
+    and on the golden corpus the leave-out twins' refusal rate tracked the real near-domain one
+    (README, Answerability)."""
+    from kbflow.core.stores import open_stores
+    from kbflow.evaluation.calibrate import achieved
+    from kbflow.retrieval.calibration import resolve
+
+    cal = resolve(open_stores(settings).sql, settings, queries[0].model_id, scope, lexical=False)
+    rates = achieved(cal, queries, pool)
+    return (
+        f"the gate lookups in scope {scope} use now ({cal.label}):\n"
+        f"  pseudo-queries answered \"no usable evidence\" (false): {_pct(rates['false_no_evidence_rate'])}\n"
+        f"  their leave-out twins answered \"no usable evidence\" (expected near-domain refusal): "
+        f"{_pct(rates.get('true_no_evidence_rate_near'))}"
+    )
 
 
 def _save(args: Any, settings: Settings, results: list[Fitted], pool: int) -> None:

@@ -54,6 +54,8 @@ def test_calibrate_self_fits_the_scope_and_status_says_so(tmp_path):
     assert out.returncode in (0, 1), out.stderr  # 1: the objective cannot be met on these pairs
     assert "pseudo-queries from scope rag-eval" in out.stderr
     assert "true no-evidence near-domain" in out.stdout and "not stored" in out.stdout
+    assert "the gate lookups in scope rag-eval use now (logistic for" in out.stdout  # the packaged one
+    assert "their leave-out twins answered" in out.stdout
     status = json.loads(run_cli("status", "--json", home=home).stdout)
     assert status["scopes"][0]["calibration"]["origin"] == "packaged"  # shown, not used
     args = ("eval", "calibrate", "--self", "--scope", "rag-eval", "--max-docs", "12", "--store")
