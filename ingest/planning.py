@@ -82,7 +82,7 @@ def plan_scope(
     existing = {r.doc_id: r for r in rows}
     failures: list[Failure] = []
     docs, to_write, unchanged = [], [], []
-    moved_from: dict[str, int] = {}  # recorded root -> documents of it found under this run's roots
+    moved: dict[tuple[str, str], int] = {}  # (recorded root, root now) -> documents
     for doc in (d for d in scan.documents if d.kb_scope == scope):
         row = existing.get(doc.doc_id)
         if row is not None and row.root != doc.root and _claimed_elsewhere(row, doc):
@@ -97,7 +97,7 @@ def plan_scope(
             )
             continue
         if row is not None and row.root != doc.root:
-            moved_from[row.root] = moved_from.get(row.root, 0) + 1
+            moved[(row.root, doc.root)] = moved.get((row.root, doc.root), 0) + 1
         docs.append(doc)
         same = (
             row is not None
@@ -108,7 +108,7 @@ def plan_scope(
         )
         (unchanged if same else to_write).append(doc)
     seen = {d.doc_id for d in docs}
-    adopted = _renamed_roots(rows, moved_from, seen, roots)
+    adopted = _renamed_roots(rows, moved, seen, roots)
     adopted |= _same_directories({r.root for r in rows} - set(roots), roots)
     stale, protected, keep = [], [], []
     for row in rows:
@@ -122,16 +122,36 @@ def plan_scope(
         else:
             keep.append(row)
     plan = ScopePlan(scope, docs, existing, to_write, unchanged, stale, protected, keep, failures)
+    plan.notes += move_notes(moved)
     guard_deletions(plan, scan, settings)
     return plan
 
 
+def move_notes(moved: dict[tuple[str, str], int]) -> list[str]:
+    """A line per root that documents moved from: a renamed root, or a folder indexed again as
+    a root of its own (inside or around the one it was indexed under)."""
+    notes = []
+    for (old, new), n in sorted(moved.items()):
+        docs = f"{n} document{'' if n == 1 else 's'}"
+        if not os.path.exists(old):
+            notes.append(f"{docs} moved from root {old} (gone: renamed?) to root {new}")
+        else:
+            notes.append(
+                f"{docs} moved from root {old} to root {new}: they are now recorded under {new}; "
+                f"reindexing {old} moves them back"
+            )
+    return notes
+
+
 def _renamed_roots(
-    rows: Sequence[DocumentRow], moved_from: dict[str, int], seen: set[str], roots: Sequence[str]
+    rows: Sequence[DocumentRow], moved: dict[tuple[str, str], int], seen: set[str], roots: Sequence[str]
 ) -> set[str]:
     """Recorded roots that no longer exist and whose documents turned up under this run's roots:
     renamed (or a link re-pointed), so what did not turn up was deleted. At least as many must
     have turned up as not, so one document moved out of a briefly missing root adopts nothing."""
+    moved_from: dict[str, int] = {}  # recorded root -> documents of it found under this run's roots
+    for (old, _new), n in moved.items():
+        moved_from[old] = moved_from.get(old, 0) + n
     out = set()
     for old, found in moved_from.items():
         if old in roots or os.path.exists(old):

@@ -155,3 +155,30 @@ def test_status_calls_records_a_killed_run_left_interrupted_not_errors(tmp_path,
     assert main(["status", "--json", "--home", str(settings.home)]) == 0
     scope = json.loads(capsys.readouterr().out)["scopes"][0]
     assert scope["documents_interrupted"] == 0 and scope["documents_with_errors"] == 0
+
+
+def test_documents_that_change_root_are_told_not_silent(tmp_path, settings, stores):
+    """Issue 26 item 6: indexing a subfolder of an indexed root, the outer root again, or a
+    renamed root moves records between roots; each run says so in its warnings."""
+    root = tmp_path / "kb"
+    for name in ("a", "b"):
+        body = f"# {name}\n\n## X\n\nPage {name}.\n"
+        write_doc(root / "sub1", f"{name}.md", source=name, scope="s", body=body)
+    write_doc(root, "c.md", source="c", scope="s", body="# c\n\n## X\n\nPage c.\n")
+
+    def moves(summary) -> list[str]:
+        assert summary.ok, summary.failed
+        return [w["reason"] for w in summary.warnings if " moved from root " in w["reason"]]
+
+    assert moves(reindex([root], settings=settings, stores=stores)) == []
+    inner = moves(reindex([root / "sub1"], settings=settings, stores=stores))
+    assert inner == [
+        f"2 documents moved from root {root} to root {root / 'sub1'}: they are now recorded under "
+        f"{root / 'sub1'}; reindexing {root} moves them back"
+    ]
+    assert moves(reindex([root], settings=settings, stores=stores))[0].startswith(
+        f"2 documents moved from root {root / 'sub1'} to root {root}"
+    )
+    root.rename(tmp_path / "kb2")
+    renamed = moves(reindex([tmp_path / "kb2"], settings=settings, stores=stores))
+    assert renamed == [f"3 documents moved from root {root} (gone: renamed?) to root {tmp_path / 'kb2'}"]
