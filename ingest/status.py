@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 
 from kbflow.core.models import DEFAULT_MODEL_ID, base_model_id, choice_for_id
-from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow
+from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow, SqlStore
 from kbflow.core.stores import Stores
 
 
@@ -40,8 +40,14 @@ class ScopeStatus:
 
 
 def scope_statuses(stores: Stores) -> list[ScopeStatus]:
+    return scope_statuses_from(stores.sql, stores.chunks, stores.settings.multilingual_model)
+
+
+def scope_statuses_from(sql: SqlStore, chunk_store: Any, multilingual: str) -> list[ScopeStatus]:
+    """What SQL records, and what Milvus holds when `chunk_store` is given; without it (another
+    process holds the Milvus Lite file) the Milvus columns stay unknown: chunks -1, no target."""
     out = []
-    with stores.sql.session() as session:
+    with sql.session() as session:
         scopes = session.scalars(select(ScopeRow).order_by(ScopeRow.kb_scope)).all()
         counts = {
             scope: (n, errors or 0, chunks or 0, writing or 0)
@@ -66,11 +72,12 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
     for row in scopes:
         if row.kb_scope not in counts:
             continue  # no document: nothing to show (nor to find)
-        target = stores.chunks.alias_target(row.alias)
-        chunks = 0
-        if target is not None:
-            stores.chunks.load(row.alias)
-            chunks = stores.chunks.count(row.alias, row.kb_scope)
+        target, chunks = (row.physical_collection, -1) if chunk_store is None else (None, 0)
+        if chunk_store is not None:
+            target = chunk_store.alias_target(row.alias)
+            if target is not None:
+                chunk_store.load(row.alias)
+                chunks = chunk_store.count(row.alias, row.kb_scope)
         n, errors, recorded, writing = counts.get(row.kb_scope, (0, 0, 0, 0))
         out.append(
             ScopeStatus(
@@ -87,7 +94,7 @@ def scope_statuses(stores: Stores) -> list[ScopeStatus]:
                 updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
                 roots=roots.get(row.kb_scope, {}),
                 model_name=choice_for_id(row.model_id).label,
-                note=_note(row, stores.settings.multilingual_model),
+                note=_note(row, multilingual),
                 documents_interrupted=int(writing),
             )
         )
@@ -114,8 +121,8 @@ def root_counts(statuses: list[ScopeStatus]) -> list[dict[str, Any]]:
     return [out[r] for r in sorted(out)]
 
 
-def last_run(stores: Stores) -> dict[str, Any] | None:
-    with stores.sql.session() as session:
+def last_run(sql: SqlStore) -> dict[str, Any] | None:
+    with sql.session() as session:
         row = session.scalars(select(ReindexRunRow).order_by(ReindexRunRow.id.desc()).limit(1)).first()
     if row is None:
         return None

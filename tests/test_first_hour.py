@@ -182,3 +182,35 @@ def test_documents_that_change_root_are_told_not_silent(tmp_path, settings, stor
     root.rename(tmp_path / "kb2")
     renamed = moves(reindex([tmp_path / "kb2"], settings=settings, stores=stores))
     assert renamed == [f"3 documents moved from root {root} (gone: renamed?) to root {tmp_path / 'kb2'}"]
+
+
+def test_status_reads_sql_while_another_process_holds_milvus(tmp_path):
+    """Issue 26 item 5: a reindex holding the Milvus Lite file no longer blanks `kbflow status`:
+    it shows what SQL records and says who holds the file and that chunk counts wait for it."""
+    from kbflow.core.settings import Settings
+    from tests.conftest import run_cli
+
+    settings = Settings(home=tmp_path / "home")
+    docs = tmp_path / "docs"
+    for name in "ab":
+        write_doc(docs, f"{name}.md", source=name, scope="s", body=f"# {name}\n\n## X\n\nPage {name}.\n")
+    assert run_cli("reindex", str(docs), home=settings.home).returncode == 0
+    hold = (
+        "import sys, time; from pymilvus import MilvusClient; c = MilvusClient(uri=sys.argv[1]); "
+        "c.list_collections(); print('holding', flush=True); time.sleep(120)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(settings.home / "milvus.db")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        out = run_cli("status", home=settings.home)
+        assert out.returncode == 0, out.stderr
+        assert f"process {holder.pid} " in out.stdout and "holds the Milvus Lite file" in out.stdout
+        assert "scope s: 2 documents (0 with errors), ? chunks in Milvus (held) (2 recorded)" in out.stdout
+        data = json.loads(run_cli("status", "--json", home=settings.home).stdout)
+        assert data["milvus_held"] and data["scopes"][0]["chunks"] == -1
+        assert data["scopes"][0]["calibration"]["origin"] == "packaged"
+    finally:
+        holder.kill()
+        holder.wait(30)

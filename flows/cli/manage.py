@@ -158,25 +158,35 @@ def _dump(data: Any) -> None:
 
 
 def status(args: argparse.Namespace, settings: Any) -> int:
-    """Per scope and per root; scopes without documents are not listed."""
+    """Per scope and per root; scopes without documents are not listed. While another process
+    (a reindex) holds the Milvus Lite file, what SQL records is still shown, Milvus's counts not."""
     from kbflow.core.chunk_store import built_at
+    from kbflow.core.milvus_store import StoreUnavailable
+    from kbflow.core.sql import SqlStore
     from kbflow.core.stores import open_stores
-    from kbflow.ingest.status import last_run, root_counts, scope_statuses
+    from kbflow.ingest.status import last_run, root_counts, scope_statuses_from
     from kbflow.retrieval.calibration import describe
 
-    stores = open_stores(settings)
-    statuses = scope_statuses(stores)
+    held, uri = "", settings.resolved_milvus_uri
+    try:
+        stores = open_stores(settings)
+        sql, chunks, uri = stores.sql, stores.chunks, stores.settings.resolved_milvus_uri  # or a serve's
+    except StoreUnavailable as exc:
+        if not exc.held:
+            raise
+        who = f"process {exc.holder[0]} ({exc.holder[1][:120]})" if exc.holder else "another process"
+        held = f"{who} holds the Milvus Lite file: chunk counts are not shown until it finishes"
+        sql, chunks = SqlStore(settings.resolved_database_url), None
+    statuses = scope_statuses_from(sql, chunks, settings.multilingual_model)
     for st in statuses:
-        st.calibration = describe(stores.sql, st.model, st.kb_scope, built_at(st.alias_target or ""))
-    roots, run = root_counts(statuses), last_run(stores)
-    uri = stores.settings.resolved_milvus_uri
+        st.calibration = describe(sql, st.model, st.kb_scope, built_at(st.alias_target or ""))
+    roots, run = root_counts(statuses), last_run(sql)
     if args.json:
         scopes = [s.to_dict() for s in statuses]
-        _dump(
-            {"home": str(settings.home), "milvus_uri": uri, "scopes": scopes, "roots": roots, "last_run": run}
-        )
+        _dump({"home": str(settings.home), "milvus_uri": uri, "milvus_held": held or None,
+               "scopes": scopes, "roots": roots, "last_run": run})
     else:
-        view.print_status(uri, statuses, roots, run)
+        view.print_status(uri, statuses, roots, run, held)
     return 0
 
 

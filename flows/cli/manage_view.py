@@ -21,17 +21,22 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def print_status(uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str, Any]], run: Any) -> None:
+def print_status(
+    uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str, Any]], run: Any, held: str = ""
+) -> None:
     console = _console(soft_wrap=True)
+    if held:
+        console.print(f"[yellow]note:[/yellow] {held}", highlight=False)
     if not statuses:
         console.print(f"nothing indexed under {uri}; run `kbflow reindex PATH`")
         return
     console.print(f"kbflow status — milvus {uri}", highlight=False)
     for st in statuses:
         target = st.alias_target or "[red]MISSING: run `kbflow reindex --full`[/red]"
+        in_milvus = "? chunks in Milvus (held)" if st.chunks < 0 else f"{st.chunks} chunks in Milvus"
         console.print(
             f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
-            f"({_health(st)}), {st.chunks} chunks in Milvus "
+            f"({_health(st)}), {in_milvus} "
             f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
             f"  analyzer {st.analyzer}, model {st.model_name or st.model} ({st.dim}-d), "
             f"last changed {st.updated_at}\n  gate calibration: {_calibration(st.calibration)}"
