@@ -9,7 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # repository folder -> installed package
 PACKAGES = {
-    "kbcore": "kbflow.core",
+    "core": "kbflow.core",
     "ingest": "kbflow.ingest",
     "retrieval": "kbflow.retrieval",
     "evaluation": "kbflow.evaluation",

@@ -1,4 +1,4 @@
-"""SQL schema versions through Alembic (kbcore/migrations): upgrades keep existing data.
+"""SQL schema versions through Alembic (core/migrations): upgrades keep existing data.
 
 A new, empty database is created at the latest revision on first use. A database at an older
 revision is refused with the fix (`kbflow db upgrade`), never silently altered.
