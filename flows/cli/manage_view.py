@@ -68,9 +68,9 @@ def _health(st: Any) -> str:
 def _calibration(c: Mapping[str, str]) -> str:
     origin = c.get("origin", "none")
     if origin == "packaged":
-        return "the model's packaged default (`kbflow eval calibrate --self --scope S` fits this scope's own)"
+        return "the model's packaged default (`kbflow eval calibrate --self --scope S` forecasts it here)"
     if origin == "none":
-        return "none: quality is the plain cosine (`kbflow eval calibrate --self --scope S` fits one)"
+        return "none: quality is the plain cosine (`kbflow eval calibrate` fits one from labelled queries)"
     where = "this scope" if c.get("stored_for") not in ("*", "") else "every scope of the model"
     stale = f" — [yellow]{c['stale']}: refit it[/yellow]" if c.get("stale") else ""
     return f"{origin}, fitted {c.get('created_at', '?')} for {where}{stale}"
