@@ -22,13 +22,13 @@ import shutil
 import struct
 import sys
 import tempfile
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from kbflow.core.models import ModelUnavailable
+from kbflow.core.onnx_backend import SessionCache
 
 EXPORT_VERSION = "2"  # 2: the word table stays 4-bit in the graph
 META_FILE = "kbflow-e5.json"
@@ -320,21 +320,7 @@ class E5OnnxEncoder(_Windowed):
         tok["norm"] = {int(k): v for k, v in tok["norm"].items()}
         self.directory, self.dim, self.window = directory, int(meta["dim"]), int(meta["max_pos"]) - 2
         self.tokenizer = E5Tokenizer(tok)
-        self._sessions: dict[int, object] = {}
-        self._lock = threading.Lock()
-
-    def session(self, threads: int):
-        with self._lock:
-            if threads not in self._sessions:
-                import onnxruntime as ort
-
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-                opts.log_severity_level = 3
-                self._sessions[threads] = ort.InferenceSession(
-                    str(self.directory / "model.onnx"), opts, providers=["CPUExecutionProvider"]
-                )
-            return self._sessions[threads]
+        self.session = SessionCache(directory / "model.onnx")
 
     def _batch(self, contents: list[list[int]], threads: int) -> np.ndarray:
         ids, mask = self._tensors(contents)

@@ -173,6 +173,30 @@ def ensure_export(cache_root: Path, model_path: str, backend: str) -> Path:
     return target
 
 
+class SessionCache:
+    """One onnxruntime session per thread count for a graph file, made on first use (a reindex
+    and the lookups beside it ask for different counts)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._sessions: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, threads: int):
+        with self._lock:
+            if threads not in self._sessions:
+                import onnxruntime as ort
+
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = threads
+                opts.inter_op_num_threads = 1
+                opts.log_severity_level = 3
+                self._sessions[threads] = ort.InferenceSession(
+                    str(self.path), opts, providers=["CPUExecutionProvider"]
+                )
+            return self._sessions[threads]
+
+
 class OnnxEncoder:
     """Tokenizer + onnxruntime session + pooling, numerically the model's own forward pass.
     One session per thread count: a lookup runs in one thread, a reindex in more."""
@@ -187,22 +211,7 @@ class OnnxEncoder:
         tok.enable_truncation(self.meta["max_seq_length"])
         tok.enable_padding(pad_id=self.meta.get("pad_id", 0), pad_token=self.meta.get("pad_token", "[PAD]"))
         self._tokenizer = tok
-        self._sessions: dict[int, object] = {}
-        self._lock = threading.Lock()
-
-    def session(self, threads: int):
-        with self._lock:
-            if threads not in self._sessions:
-                import onnxruntime as ort
-
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads = threads
-                opts.inter_op_num_threads = 1
-                opts.log_severity_level = 3
-                self._sessions[threads] = ort.InferenceSession(
-                    str(self.directory / "model.onnx"), opts, providers=["CPUExecutionProvider"]
-                )
-            return self._sessions[threads]
+        self.session = SessionCache(directory / "model.onnx")
 
     def _batch(self, session, texts: list[str]) -> np.ndarray:
         enc = self._tokenizer.encode_batch(texts)
