@@ -14,13 +14,8 @@ from typing import Any
 
 from kbflow.core.settings import Settings
 from kbflow.evaluation.calibrate import CalibrationResult, LabelledQuery
-from kbflow.evaluation.signals import candidate_signals
-from kbflow.retrieval.contracts import LookupResult
+from kbflow.evaluation.signals import labelled_hits, selected_hits
 from kbflow.retrieval.gate import Calibration
-
-
-def _selected_hits(result: LookupResult) -> list:
-    return result.candidates.get(result.retrieval_trace.selected_attempt, [])
 
 
 def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
@@ -36,13 +31,12 @@ def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
         r = lookup_knowledge(
             case.query, kb_scope=case.kb_scope, mode="hybrid", settings=settings, depth=depth
         )
-        hits = _selected_hits(r)
+        hits = selected_hits(r)
         if any(h.quality_signal == "lexical" for h in hits):
             continue
         kind = "answerable" if case.expected_doc_ids else (case.negative or "off")
         expected = set(case.expected_doc_ids)
-        signals = candidate_signals(case.query, hits)
-        hits = [(sig, h.doc_id in expected) for h, sig in zip(hits, signals, strict=True)]
+        hits = labelled_hits(case.query, hits, lambda h, expected=expected: h.doc_id in expected)
         model = r.retrieval_trace.models.get(case.kb_scope, "")
         out.append(LabelledQuery(case.id, "golden", kind, hits, model))
     return out
@@ -67,13 +61,12 @@ def beir_queries(
     for qid, r in results.items():
         rel = qrels.get(qid, {})
         kind = "answerable" if qid in judged else negatives[qid][1]
-        selected = _selected_hits(r)
-        hits = [
-            (sig, mapping.get(h.doc_id, h.doc_id) in rel)
-            for h, sig in zip(selected, candidate_signals(texts[qid], selected), strict=True)
-        ]
+        hits = labelled_hits(
+            texts[qid], selected_hits(r), lambda h, rel=rel: mapping.get(h.doc_id, h.doc_id) in rel
+        )
+        model = r.retrieval_trace.models.get(scope, "")
         name = root.name if root.name != "beir" else root.parent.name
-        out.append(LabelledQuery(qid, name, kind, hits, r.retrieval_trace.models.get(scope, "")))
+        out.append(LabelledQuery(qid, name, kind, hits, model))
     return out
 
 

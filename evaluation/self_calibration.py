@@ -7,7 +7,7 @@ signals are the ones a user's lookups will have.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentRow
 from kbflow.evaluation.calibrate import LabelledQuery
 from kbflow.evaluation.self_queries import pseudo_queries
-from kbflow.evaluation.signals import candidate_signals
+from kbflow.evaluation.signals import labelled_hits, selected_hits
 
 LEFT_OUT = ":left-out"
 
@@ -57,20 +57,8 @@ def self_asked(settings: Settings, scope: str, max_docs: int) -> list[Asked]:
     ]
 
 
-def _hits(query: str, result, answers: Sequence[str]) -> list[tuple[dict[str, float], bool]]:
-    selected = result.candidates.get(result.retrieval_trace.selected_attempt, [])
-    return [
-        (sig, h.doc_id in answers)
-        for h, sig in zip(selected, candidate_signals(query, selected), strict=True)
-    ]
-
-
 def run_pairs(
-    asked: Sequence[Asked],
-    settings: Settings,
-    depth: int,
-    with_answer: bool = True,
-    progress: Callable[[], None] | None = None,
+    asked: Sequence[Asked], settings: Settings, depth: int, with_answer: bool = True
 ) -> list[LabelledQuery]:
     """Each query asked with its answer left out (kind `near`) and, when `with_answer`, as it is
     (kind `answerable`). Scopes whose quality is lexical (a model that cannot embed them) are
@@ -84,14 +72,13 @@ def run_pairs(
             r = lookup_knowledge(
                 a.text, kb_scope=a.kb_scope, mode="hybrid", settings=settings, depth=depth, exclude=exclude
             )
-            hits = r.candidates.get(r.retrieval_trace.selected_attempt, [])
+            hits = selected_hits(r)
             if any(h.quality_signal == "lexical" for h in hits):
                 break
             qid = a.qid if kind == "answerable" else a.qid + LEFT_OUT
             model = r.retrieval_trace.models.get(a.kb_scope, "")
-            out.append(LabelledQuery(qid, a.dataset, kind, _hits(a.text, r, a.answers), model))
-        if progress:
-            progress()
+            labelled = labelled_hits(a.text, hits, lambda h, answers=a.answers: h.doc_id in answers)
+            out.append(LabelledQuery(qid, a.dataset, kind, labelled, model))
     return out
 
 

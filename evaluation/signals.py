@@ -16,7 +16,7 @@ the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -25,6 +25,19 @@ from kbflow.retrieval.gate import chunk_terms, query_terms
 from kbflow.retrieval.quality import content_terms
 
 ZIPF_SPAN = 6.0  # zipf 6 (one word in a thousand: "how", "怎么") is common; 0 is unseen
+
+
+def selected_hits(result: Any) -> list[Any]:
+    """The candidates of the attempt a lookup selected (what its gate judged)."""
+    return result.candidates.get(result.retrieval_trace.selected_attempt, [])
+
+
+def labelled_hits(
+    query: str, hits: Sequence[Any], relevant: Callable[[Any], bool]
+) -> list[tuple[dict[str, float], bool]]:
+    """Calibration data of one query: each candidate's signals (its own and the tried ones) and
+    whether it is relevant."""
+    return [(sig, relevant(h)) for h, sig in zip(hits, candidate_signals(query, hits), strict=True)]
 
 
 def candidate_signals(query: str, hits: Sequence[Any]) -> list[dict[str, float]]:
