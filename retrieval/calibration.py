@@ -39,13 +39,23 @@ def packaged_default(base_model: str = DEFAULT_MODEL_ID) -> Calibration | None:
     return Calibration.from_dict(data["calibration"]) if data else None
 
 
-def stored(sql: SqlStore, model_id: str, scope: str) -> Calibration | None:
+def _stored_row(sql: SqlStore, model_id: str, scope: str) -> tuple[str, dict, datetime | None] | None:
+    """(the scope it was stored for, its params, when) of the calibration that applies: the
+    scope's own, else the model's `*` one."""
     with sql.session() as session:
         for key in (scope, "*"):
             row = session.get(CalibrationRow, (model_id, key))
             if row is not None:
-                return Calibration.from_dict(row.params)
+                created = row.created_at
+                if created is not None and created.tzinfo is None:  # SQLite drops the zone
+                    created = created.replace(tzinfo=UTC)
+                return key, row.params, created
     return None
+
+
+def stored(sql: SqlStore, model_id: str, scope: str) -> Calibration | None:
+    found = _stored_row(sql, model_id, scope)
+    return Calibration.from_dict(found[1]) if found else None
 
 
 def resolve(sql: SqlStore, settings: Settings, model_id: str, scope: str, lexical: bool) -> Calibration:
@@ -66,20 +76,15 @@ def describe(
     """Which calibration a scope's lookups use, for `kbflow status`: its origin (labelled, self,
     self + labelled, packaged, none), the scope it was stored for, when, and from what; `stale`
     when it was fitted before the scope's collection was last rebuilt (`rebuilt`)."""
-    with sql.session() as session:
-        for key in (scope, "*"):
-            row = session.get(CalibrationRow, (model_id, key))
-            if row is not None:
-                cal = Calibration.from_dict(row.params)
-                created = row.created_at
-                if created is not None and created.tzinfo is None:  # SQLite drops the zone
-                    created = created.replace(tzinfo=UTC)
-                out = {"origin": cal.origin or "labelled", "stored_for": key,
-                       "created_at": created.isoformat(timespec="seconds") if created else "",
-                       "source": cal.source}
-                if key == scope and rebuilt and created and created < rebuilt:
-                    out["stale"] = f"fitted before the last full rebuild ({rebuilt:%Y-%m-%d %H:%M} UTC)"
-                return out
+    found = _stored_row(sql, model_id, scope)
+    if found is not None:
+        key, params, created = found
+        cal = Calibration.from_dict(params)
+        out = {"origin": cal.origin or "labelled", "stored_for": key,
+               "created_at": created.isoformat(timespec="seconds") if created else "", "source": cal.source}
+        if key == scope and rebuilt and created and created < rebuilt:
+            out["stale"] = f"fitted before the last full rebuild ({rebuilt:%Y-%m-%d %H:%M} UTC)"
+        return out
     packaged = packaged_default(base_model_id(model_id))
     if packaged is not None:
         return {"origin": "packaged", "stored_for": "", "created_at": "", "source": packaged.source}
