@@ -95,7 +95,11 @@ class Settings(BaseSettings):
     milvus_uri: str = Field("", description="Milvus URI; empty = Milvus Lite file <home>/milvus.db.")
     milvus_token: str = Field("", description="Milvus token (user:password or API key).")
     database_url: str = Field("", description="SQLAlchemy URL; empty = SQLite file <home>/kbflow.db.")
-    collection_prefix: str = Field("kbflow", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+    collection_prefix: str = Field(
+        "kbflow",
+        pattern=r"^[A-Za-z][A-Za-z0-9_]{0,31}$",
+        description="Prefix of Milvus aliases and collections.",
+    )
 
     # --- HTTP service ---------------------------------------------------------------
     api_keys: dict[str, list[str]] = Field(
@@ -107,12 +111,20 @@ class Settings(BaseSettings):
     serve_workers: int = Field(
         0, ge=0, le=256, description="Lookups the service runs at once; 0 = one per CPU core."
     )
-    serve_queue: int = Field(
-        16,
+    serve_max_wait_ms: int = Field(
+        2000,
         ge=0,
-        le=10_000,
-        description="Lookups that may wait for a worker; past that the service answers 503 with "
-        "Retry-After at once instead of queueing without bound.",
+        le=600_000,
+        description="Longest wait for a worker the service lets a lookup in for, estimated from "
+        "recent service times; a lookup that would wait longer gets 503 with Retry-After at once. "
+        "0 = no wait rule (serve_queue alone).",
+    )
+    serve_queue: int = Field(
+        1000,
+        ge=0,
+        le=100_000,
+        description="Hard ceiling on lookups waiting for a worker, whatever the expected wait: "
+        "past it the service answers 503 at once instead of queueing without bound.",
     )
 
     # --- embedding ------------------------------------------------------------------
@@ -125,7 +137,7 @@ class Settings(BaseSettings):
         "(nor embedding_model for every scope); empty = the English default there too.",
     )
     embedding_device: str = Field("", description="torch device; empty = cuda when present, else cpu.")
-    embedding_batch_size: int = Field(64, ge=1, le=4096)
+    embedding_batch_size: int = Field(64, ge=1, le=4096, description="Chunks embedded per forward pass.")
     embedding_backend: EmbeddingBackend = Field(
         "onnx",
         description="onnx (onnxruntime, fp32: the same rankings as torch, 3x faster query embedding, "
@@ -143,7 +155,9 @@ class Settings(BaseSettings):
     )
 
     # --- ingestion ------------------------------------------------------------------
-    analyzer: Analyzer = "standard"
+    analyzer: Analyzer = Field(
+        "standard", description="BM25 analyzer of a new scope whose documents are not Chinese."
+    )
     scope_analyzers: dict[str, Analyzer] = Field(
         default_factory=dict, description='Per-scope analyzer, e.g. {"kb-zh": "jieba"}.'
     )
@@ -152,16 +166,20 @@ class Settings(BaseSettings):
         description='Per-scope settings: [scopes.kb-zh] analyzer = "jieba", embedding_model = '
         '"multilingual-e5-small" (env: KBFLOW_SCOPES as JSON).',
     )
-    default_scope: str = "default"
+    default_scope: str = Field("default", description="kb_scope of files whose frontmatter names none.")
     lexical_analysis: LexicalMode = Field(
         "stem+ids",
         description="BM25 text analysis done by kbflow: stem+ids (stop words, Snowball stems, "
         "identifiers whole and split), stem (no identifier splitting), lowercase (Milvus only).",
     )
     lexical_fields: bool = Field(True, description="Title and breadcrumb take part in the BM25 match.")
-    chunk_max_chars: int = Field(1000, ge=200, le=8000)
-    chunk_overlap_chars: int = Field(120, ge=0, le=1000)
-    max_file_bytes: int = Field(1_000_000, ge=1024)
+    chunk_max_chars: int = Field(1000, ge=200, le=8000, description="Longest chunk, in characters.")
+    chunk_overlap_chars: int = Field(
+        120, ge=0, le=1000, description="Characters of prose repeated between neighbouring chunks."
+    )
+    max_file_bytes: int = Field(
+        1_000_000, ge=1024, description="Larger files are rejected, named in the report."
+    )
     max_delete_fraction: float = Field(
         0.5,
         ge=0,
@@ -174,7 +192,7 @@ class Settings(BaseSettings):
     )
 
     # --- retrieval (SPEC §1 defaults) ------------------------------------------------
-    search_mode: SearchMode = "hybrid"
+    search_mode: SearchMode = Field("hybrid", description="Lookup mode: hybrid, dense or bm25.")
     kb_scope: str = Field("", description="Scope for lookups; empty = all scopes.")
     fusion: Fusion = Field(
         "convex", description="How the dense and BM25 legs are fused: convex (min-max scores) or rrf."
@@ -185,13 +203,18 @@ class Settings(BaseSettings):
     convex_alpha: float = Field(
         0.7, gt=0, lt=1, description="Convex fusion: the dense leg's share (before the weights and trust)."
     )
-    rrf_k: int = Field(60, ge=1)
-    dense_weight: float = Field(1.0, gt=0)
-    sparse_weight: float = Field(1.0, gt=0)
-    retrieve_k: int = Field(20, ge=1, le=1000)
-    return_n: int = Field(5, ge=1, le=100)
-    max_chunks_per_document: int = Field(2, ge=1)
-    max_l2: float = Field(2.0, gt=0)
+    rrf_k: int = Field(60, ge=1, description="RRF fusion: the rank constant k.")
+    dense_weight: float = Field(1.0, gt=0, description="Weight of the dense leg in either fusion.")
+    sparse_weight: float = Field(1.0, gt=0, description="Weight of the BM25 leg in either fusion.")
+    retrieve_k: int = Field(20, ge=1, le=1000, description="Candidates each leg retrieves.")
+    return_n: int = Field(5, ge=1, le=100, description="Evidence items a lookup returns.")
+    max_chunks_per_document: int = Field(2, ge=1, description="Evidence items one document may fill.")
+    max_l2: float = Field(
+        2.0,
+        gt=0,
+        description="The spec's L2 cut-off; unit vectors are never farther apart than 2.0, so the pipeline "
+        "does not apply it.",
+    )
     # Empty = the calibration's (kbflow eval calibrate; the packaged model ships one). Set, they
     # override it for every scope.
     usable_floor: float | None = Field(None, ge=0, le=1, description="Below it: not evidence.")
@@ -203,11 +226,13 @@ class Settings(BaseSettings):
         description="Scopes with these analyzers, indexed with the default English model, take "
         "quality from lexical coverage: all-MiniLM-L6-v2 gives no meaningful distance for Chinese.",
     )
-    context_char_budget: int = Field(4000, ge=100)
-    max_query_chars: int = Field(500, ge=1)
-    max_excerpt_chars: int = Field(1200, ge=1)
-    max_evidence: int = Field(8, ge=1)
-    max_projection_bytes: int = Field(16 * 1024, ge=1024)
+    context_char_budget: int = Field(4000, ge=100, description="Characters of evidence text a lookup packs.")
+    max_query_chars: int = Field(500, ge=1, description="Longer queries are answered truncated (flagged).")
+    max_excerpt_chars: int = Field(1200, ge=1, description="Agent projection: longest excerpt per item.")
+    max_evidence: int = Field(8, ge=1, description="Agent projection: most evidence items.")
+    max_projection_bytes: int = Field(
+        16 * 1024, ge=1024, description="Agent projection: largest JSON answer."
+    )
 
     @model_validator(mode="after")
     def _backend_fits_device(self) -> Settings:
