@@ -14,13 +14,11 @@ stores load once, at start-up.
 defined inside create_app at run time.)
 """
 
-import asyncio
 import hmac
 import ipaddress
 import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -28,9 +26,9 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kbflow.core.errors import StoreError
 from kbflow.core.settings import Settings
 from kbflow.core.validation import InvalidValue, validate_scope
+from kbflow.flows.admission import Admission, Overloaded
 from kbflow.retrieval.lookup import get_retriever, project_for_agent
 from kbflow.retrieval.pipeline import IndexMissing, LookupRejected
 
@@ -89,39 +87,6 @@ def parse_lookup_body(raw: bytes) -> LookupRequest:
     except ValidationError as exc:
         detail = [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         raise HTTPException(status_code=422, detail=detail) from exc
-
-
-class Overloaded(StoreError):
-    """Every worker is busy and the queue is full: answered 503 with Retry-After at once."""
-
-
-class Admission:
-    """Bounded concurrency for lookups: `workers` run at once in threads of their own, at most
-    `queue` more wait, and the next one is refused at once. A 2-core machine gains nothing from
-    more lookups in flight than cores (each is CPU work: tokenize, embed, fuse), while an
-    unbounded queue turned 200 concurrent clients into 6-7 s waits each."""
-
-    def __init__(self, workers: int, queue: int) -> None:
-        self.workers, self.queue = workers, queue
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kbflow-lookup")
-        self._slots = asyncio.Semaphore(workers)
-        self._admitted = 0
-
-    def full(self) -> bool:
-        return self._admitted >= self.workers + self.queue
-
-    async def run(self, fn: Any, *args: Any) -> Any:
-        if self.full():
-            raise Overloaded
-        self._admitted += 1  # one event loop: no lock needed between the check and the count
-        try:
-            async with self._slots:
-                return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
-        finally:
-            self._admitted -= 1
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def load_keys(settings: Settings) -> dict[str, set[str]]:
@@ -188,7 +153,9 @@ def _lifespan(settings: Settings) -> Any:
         retriever = get_retriever(settings)
         retriever.warm_up()
         app.state.retriever = retriever
-        app.state.admission = Admission(settings.serve_workers or (os.cpu_count() or 1), settings.serve_queue)
+        app.state.admission = Admission(
+            settings.serve_workers or (os.cpu_count() or 1), settings.serve_queue, settings.serve_max_wait_ms
+        )
         yield
         app.state.admission.close()
 
@@ -196,11 +163,9 @@ def _lifespan(settings: Settings) -> Any:
 
 
 async def _overloaded(request: Request, exc: Exception) -> JSONResponse:
-    a = request.app.state.admission
+    assert isinstance(exc, Overloaded)
     return JSONResponse(
-        status_code=503,
-        content={"detail": f"busy: {a.workers} lookups running and {a.queue} waiting; retry shortly"},
-        headers={"Retry-After": "1"},
+        status_code=503, content={"detail": exc.reason}, headers={"Retry-After": str(exc.retry_after_s)}
     )
 
 
@@ -255,8 +220,7 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
         },
     )
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
-        if app.state.admission.full():  # refused before the body is even read: overload stays cheap
-            raise Overloaded
+        app.state.admission.check()  # refused before the body is even read: overload stays cheap
         body = parse_lookup_body(await read_body(request))
         return await app.state.admission.run(answer, app.state.retriever, settings, body, allowed)
 

@@ -25,11 +25,11 @@ KAFKA = "# Kafka consumer lag\n\n## Symptoms\n\nThe consumer group lag keeps gro
 QUERY = {"query": "kafka consumer group lag keeps growing", "kb_scope": "ops"}
 
 
-def test_admission_runs_workers_queues_a_few_and_refuses_the_rest_at_once():
+def test_the_count_ceiling_runs_workers_queues_a_few_and_refuses_the_rest_at_once():
     gate = threading.Event()
 
     async def scenario() -> tuple[list, float]:
-        admission = Admission(workers=1, queue=1)
+        admission = Admission(workers=1, queue=1)  # no wait rule: the count alone
         running = asyncio.ensure_future(admission.run(gate.wait, 10))
         waiting = asyncio.ensure_future(admission.run(lambda: "queued"))
         await asyncio.sleep(0.05)
@@ -47,6 +47,42 @@ def test_admission_runs_workers_queues_a_few_and_refuses_the_rest_at_once():
     assert done == [True, "queued"] and refused_in < 0.05
 
 
+def _burst(admission: Admission, n: int, seconds: float) -> list[object]:
+    """n lookups of `seconds` each arriving at once: their results, Overloaded for the refused."""
+
+    async def one() -> object:
+        try:
+            return await admission.run(time.sleep, seconds)
+        except Overloaded as exc:
+            return exc
+
+    async def all_at_once() -> list[object]:
+        return await asyncio.gather(*(one() for _ in range(n)))
+
+    return asyncio.run(all_at_once())
+
+
+def test_admission_follows_the_expected_wait_not_a_count():
+    """A wait budget lets few slow lookups wait and many fast ones: the line a caller joins is
+    as long as the measured service time allows."""
+    slow = Admission(workers=1, queue=1000, max_wait_ms=300, prior_ms=100)
+    refused = [r for r in _burst(slow, 20, 0.1) if isinstance(r, Overloaded)]
+    assert len(refused) == 20 - 4  # one running, then waits of 100, 200, 300 ms; 400 ms is refused
+    assert "serve_max_wait_ms" in refused[0].reason and refused[0].retry_after_s == 1
+
+    fast = Admission(workers=1, queue=1000, max_wait_ms=600, prior_ms=100)
+    for _ in range(30):  # the estimate learns that a lookup takes about 10 ms here
+        _burst(fast, 1, 0.01)
+    assert fast.service_ms < 40
+    admitted = [r for r in _burst(fast, 20, 0.01) if not isinstance(r, Overloaded)]
+    assert len(admitted) == 20  # 19 lookups of about 10 ms ahead fit in 600 ms
+
+    ceiling = Admission(workers=1, queue=5, max_wait_ms=300, prior_ms=1)
+    assert sum(not isinstance(r, Overloaded) for r in _burst(ceiling, 20, 0.01)) == 6
+    for a in (slow, fast, ceiling):
+        a.close()
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("limits")
@@ -60,7 +96,7 @@ def service(tmp_path_factory):
         "KBFLOW_HOME": str(home),
         "KBFLOW_API_KEYS": '{"k-ops": ["ops"]}',
         "KBFLOW_SERVE_WORKERS": "1",
-        "KBFLOW_SERVE_QUEUE": "1",
+        "KBFLOW_SERVE_MAX_WAIT_MS": "100",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
     # seeded by another process, which then lets go of the file (this one keeps Milvus Lite open)
@@ -83,28 +119,31 @@ def service(tmp_path_factory):
 
 
 def test_overload_is_answered_at_once_with_503_and_retry_after(service):
+    """One worker and a 100 ms wait allowed: a burst of 24 is served as far as it fits, and the
+    rest is told at once, with Retry-After, never left to wait in line."""
     base, _ = service
     barrier = threading.Barrier(24)
-    results: list[tuple[int, float, str | None]] = []
+    results: list[tuple[int, float, str | None, str]] = []
 
     def client() -> None:
         with httpx.Client(timeout=60) as c:
             barrier.wait()
             t = time.perf_counter()
             r = c.post(f"{base}/v1/lookup", json=QUERY, headers={"X-API-Key": "k-ops"})
-            results.append((r.status_code, time.perf_counter() - t, r.headers.get("retry-after")))
+            results.append((r.status_code, time.perf_counter() - t, r.headers.get("retry-after"), r.text))
 
     threads = [threading.Thread(target=client) for _ in range(24)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    codes = [code for code, _, _ in results]
+    codes = [code for code, *_ in results]
     assert set(codes) <= {200, 503} and codes.count(200) >= 2, codes  # never a 500, never a hang
-    busy = [(secs, retry) for code, secs, retry in results if code == 503]
-    assert busy, "24 simultaneous lookups on 1 worker + 1 queue slot must overflow"
-    assert all(retry == "1" for _, retry in busy)
-    assert max(secs for secs, _ in busy) < 2.0  # refused at once, not after a wait in line
+    busy = [(secs, retry, text) for code, secs, retry, text in results if code == 503]
+    assert busy, "24 simultaneous lookups on 1 worker with 100 ms of wait allowed must overflow"
+    assert all(retry and int(retry) >= 1 for _, retry, _ in busy)
+    assert "serve_max_wait_ms" in busy[0][2]  # the body says which setting refused it
+    assert max(secs for secs, _, _ in busy) < 2.0  # refused at once, not after a wait in line
 
 
 def test_abuse_over_real_http_gets_4xx_never_500_nor_an_echo(service):

@@ -15,8 +15,9 @@ SERVE_DESCRIPTION = (
     "binds loopback only. With the embedded store it serves the Milvus Lite file to other kbflow commands "
     "through a token-guarded endpoint announced in <home>/serve.json (mode 0600); `kbflow lookup` on the "
     "same home is sent here and loads no model. KBFLOW_SERVE_WORKERS lookups run at once (default one per "
-    "core) and KBFLOW_SERVE_QUEUE (16) wait; more get 503 with Retry-After at once. Bodies over 64 KB "
-    "get 413."
+    "core); more wait while their expected wait, estimated from recent lookups, is within "
+    "KBFLOW_SERVE_MAX_WAIT_MS (2000), and past that get 503 with Retry-After at once (KBFLOW_SERVE_QUEUE, "
+    "1000, caps the line whatever the estimate). Bodies over 64 KB get 413."
 )
 
 
