@@ -1,4 +1,4 @@
-"""Lexical analysis done in our own code, before text reaches Milvus's BM25 function.
+r"""Lexical analysis done in our own code, before text reaches Milvus's BM25 function.
 
 Milvus Lite accepts the `stop` and `stemmer` filters and silently ignores them, while a Milvus
 server applies them: analysing here makes BM25 behave the same on both. The same function runs

@@ -116,9 +116,9 @@ def _kbflow(*args: str, home: Path, **kw) -> subprocess.Popen:
 
 
 def _readme_curl(port: int) -> dict:
-    """Run the README's curl example verbatim (only the port is this test's): curl -d sends
-    application/x-www-form-urlencoded, and the service must still read the JSON body."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """Run the service guide's curl example verbatim (only the port is this test's): curl -d
+    sends application/x-www-form-urlencoded, and the service must still read the JSON body."""
+    readme = (REPO / "docs" / "service.md").read_text(encoding="utf-8")
     start = readme.index("curl -s localhost:8080/v1/lookup")
     command = readme[start : readme.index("\n```", start)].replace("localhost:8080", f"localhost:{port}")
     assert "-d '" in command and "Content-Type" not in command
@@ -137,7 +137,7 @@ def test_serve_owns_the_embedded_store_and_answers_through_a_full_reindex(tmp_pa
     try:
         wait_until_healthy(base, server)
         assert json.loads((home / "serve.json").read_text())["milvus_uri"].startswith("http://127.0.0.1:")
-        assert _readme_curl(port)["evidence_status"] == "FOUND"  # the README's example, as written
+        assert _readme_curl(port)["evidence_status"] == "FOUND"  # the guide's example, as written
         form = httpx.post(f"{base}/v1/lookup", content=b"query=kafka", headers={"Content-Type": "text/plain"})
         assert form.status_code == 415 and "application/json" in form.json()["detail"]
 
