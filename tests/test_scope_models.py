@@ -168,3 +168,19 @@ def test_an_english_only_home_never_loads_the_multilingual_model(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_commands_on_a_chinese_scope_print_no_dictionary_noise(tmp_path):
+    """jieba announces "Building prefix dict…" on stderr when it loads; a user sees only kbflow."""
+    docs, home = tmp_path / "docs", tmp_path / "home"
+    write_doc(docs, "pool-zh.md", source="pool-zh", scope="zh", breadcrumb="数据库 > 连接池", body=POOL_ZH)
+    runs = [
+        run_cli("reindex", str(docs), home=home),
+        run_cli("lookup", "数据库连接池耗尽", "--scope", "zh", home=home),
+        run_cli("status", home=home),
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        for noise in ("prefix dict", "Loading model", "GOAWAY", "Traceback"):
+            assert noise not in run.stderr, run.stderr
+    assert "pool-zh" in runs[1].stdout
