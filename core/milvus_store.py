@@ -9,10 +9,12 @@ Every row still carries `kb_scope` and every search filters on it.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import urlparse
 
 from pymilvus import AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker
 
@@ -72,13 +74,36 @@ def lock_holder(data_dir: str) -> tuple[int, str] | None:
     return None
 
 
+# pymilvus pings every 10 s, even between calls; Milvus Lite's gRPC server keeps gRPC's default
+# policy (a ping at most every 5 minutes), so after a pause of ~30 s it answers GOAWAY
+# "too_many_pings" and grpc prints it on stderr. Loopback needs no keepalive: ping as it allows.
+LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 300_000, "grpc.keepalive_permit_without_calls": False}
+_REMOTE = ("http://", "https://", "tcp://", "grpc://")
+
+
+def grpc_options(uri: str) -> dict[str, Any]:
+    """The keepalive that Milvus Lite (a file, or `kbflow serve`'s loopback child) accepts; a
+    Milvus server on another host keeps pymilvus's defaults."""
+    if not uri.startswith(_REMOTE):
+        return LITE_GRPC_OPTIONS
+    host = urlparse(uri).hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    return LITE_GRPC_OPTIONS if loopback else {}
+
+
 def open_client(uri: str, token: str = "") -> MilvusClient:
-    if not uri.startswith(("http://", "https://", "tcp://", "grpc://")):
+    if not uri.startswith(_REMOTE):
         # Milvus Lite serves in-process and logs every RPC it does not implement (e.g. the
         # AllocTimestamp that index creation probes first) as an error; none of them matter.
         logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+    kwargs: dict[str, Any] = {"uri": uri, "grpc_options": grpc_options(uri)}
+    if token:
+        kwargs["token"] = token
     try:
-        return MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
+        return MilvusClient(**kwargs)
     except Exception as exc:  # pymilvus raises several unrelated types here
         text = str(exc)
         hint, holder = "", None

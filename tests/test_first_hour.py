@@ -214,3 +214,48 @@ def test_status_reads_sql_while_another_process_holds_milvus(tmp_path):
     finally:
         holder.kill()
         holder.wait(30)
+
+
+PAUSE = (
+    "import json, sys, time\n"
+    "from pymilvus import MilvusClient\n"
+    "from kbflow.core.milvus_store import grpc_options\n"
+    "options = {**grpc_options(sys.argv[1]), **json.loads(sys.argv[2])}\n"
+    "c = MilvusClient(uri=sys.argv[1], grpc_options=options)\n"
+    "c.create_collection('pause', dimension=4)\n"
+    "c.insert('pause', [{'id': 1, 'vector': [0.1, 0.2, 0.3, 0.4]}])\n"
+    "time.sleep(float(sys.argv[3]))\n"
+    "print(len(c.query('pause', filter='id > 0')))\n"
+)
+
+
+def _pause(path: Path, seconds: float, **options: int) -> str:
+    """A write, a pause, a read, on a Milvus Lite file: what grpc printed on stderr.
+    `max_pings_without_data = 0` lifts the client's own ping cap, which made the defect show
+    only now and then (after ~40 s, in a long reindex)."""
+    extra = json.dumps({"grpc.http2.max_pings_without_data": 0, **options})
+    done = subprocess.run(
+        [sys.executable, "-c", PAUSE, str(path), extra, str(seconds)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+    return done.stderr
+
+
+def test_a_pause_between_calls_prints_no_grpc_goaway(tmp_path):
+    """Milvus Lite's gRPC server allows a keepalive ping every 5 minutes; pymilvus pings every
+    10 s, and the server answered GOAWAY "too_many_pings", printed on stderr of a long
+    reindex. Pinging often (here every second) still gets it; kbflow's client pings as the
+    server allows and gets none in a pause that pymilvus's pings would not survive."""
+    pymilvus_but_faster = {"grpc.keepalive_time_ms": 1000, "grpc.keepalive_permit_without_calls": 1}
+    assert "too_many_pings" in _pause(tmp_path / "often.db", 12, **pymilvus_but_faster)
+    quiet = _pause(tmp_path / "kbflow.db", 35)  # pymilvus's 10 s pings: GOAWAY by 30 s
+    assert "GOAWAY" not in quiet and "too_many_pings" not in quiet, quiet
+
+
+def test_only_milvus_lite_endpoints_get_the_relaxed_keepalive():
+    assert ms.grpc_options("/tmp/home/milvus.db") == ms.LITE_GRPC_OPTIONS
+    assert ms.grpc_options("http://127.0.0.1:19530") == ms.LITE_GRPC_OPTIONS  # serve's Lite child
+    assert ms.grpc_options("http://milvus.prod:19530") == {}  # a server keeps pymilvus's keepalive
