@@ -36,6 +36,7 @@ SearchMode = Literal["hybrid", "dense", "bm25"]
 LexicalMode = Literal["stem+ids", "stem", "lowercase"]
 Fusion = Literal["rrf", "convex"]
 EmbeddingBackend = Literal["torch", "onnx", "onnx-int8"]
+AuditQueries = Literal["full", "hashed", "none"]
 
 
 class ScopeSettings(BaseModel):
@@ -125,6 +126,20 @@ class Settings(BaseSettings):
         le=100_000,
         description="Hard ceiling on lookups waiting for a worker, whatever the expected wait: "
         "past it the service answers 503 at once instead of queueing without bound.",
+    )
+
+    # --- the lookup audit -------------------------------------------------------------
+    audit_store_queries: AuditQueries = Field(
+        "full",
+        description="What the lookup audit keeps of each question: full (its text), hashed (a sha256 "
+        "and, for unanswered ones, its embedding: gaps still group them, without examples) or none.",
+    )
+    audit_retention_days: int = Field(
+        90,
+        ge=0,
+        le=36_500,
+        description="Audit rows older than this are purged by the knowledge-gaps flow and "
+        "`kbflow gaps --purge`; 0 = keep them forever.",
     )
 
     # --- embedding ------------------------------------------------------------------

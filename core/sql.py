@@ -13,6 +13,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -172,6 +173,16 @@ class LookupAuditRow(Base):
     found: Mapped[bool] = mapped_column(Boolean)
     timings_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
     result: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # the owner's view (evaluation/gaps.py) reads these without parsing `result`:
+    caller: Mapped[str | None] = mapped_column(String(64), nullable=True)  # cli, python, http:<key id>, eval
+    outcome: Mapped[str | None] = mapped_column(String(8), nullable=True)  # found | weak | none
+    total_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    top_key: Mapped[str | None] = mapped_column(String(600), nullable=True)  # what came nearest
+    top_quality: Mapped[float | None] = mapped_column(Float, nullable=True)
+    query_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # sha256, not with `none`
+    # the query's embedding (float16), kept for weak and no-evidence lookups: gaps cluster on it
+    query_vector: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    vector_model: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
     __table_args__ = (
         Index("ix_lookup_audit_created", "created_at"),

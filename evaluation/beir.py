@@ -176,7 +176,9 @@ def run_lookups(
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(progress_label, total=len(queries))
         for qid, text in queries.items():
-            results[qid] = lookup_knowledge(text, kb_scope=scope, mode=mode, settings=settings, depth=depth)
+            results[qid] = lookup_knowledge(
+                text, kb_scope=scope, mode=mode, settings=settings, depth=depth, caller="eval"
+            )
             bar.advance(task)
     return results
 

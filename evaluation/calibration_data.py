@@ -29,7 +29,7 @@ def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
     out = []
     for case in cases:
         r = lookup_knowledge(
-            case.query, kb_scope=case.kb_scope, mode="hybrid", settings=settings, depth=depth
+            case.query, kb_scope=case.kb_scope, mode="hybrid", settings=settings, depth=depth, caller="eval"
         )
         hits = selected_hits(r)
         if any(h.quality_signal == "lexical" for h in hits):

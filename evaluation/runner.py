@@ -103,7 +103,7 @@ def live_source(settings: Settings) -> ResultSource:
         s = settings
         if case.context_char_budget is not None:
             s = settings.model_copy(update={"context_char_budget": case.context_char_budget})
-        return lookup_knowledge(case.query, kb_scope=case.kb_scope, mode=mode, settings=s)
+        return lookup_knowledge(case.query, kb_scope=case.kb_scope, mode=mode, settings=s, caller="eval")
 
     return run
 

@@ -70,7 +70,13 @@ def run_pairs(
         kinds = (("answerable", ()), ("near", a.answers)) if with_answer else (("near", a.answers),)
         for kind, exclude in kinds:
             r = lookup_knowledge(
-                a.text, kb_scope=a.kb_scope, mode="hybrid", settings=settings, depth=depth, exclude=exclude
+                a.text,
+                kb_scope=a.kb_scope,
+                mode="hybrid",
+                settings=settings,
+                depth=depth,
+                exclude=exclude,
+                caller="eval",
             )
             hits = selected_hits(r)
             if any(h.quality_signal == "lexical" for h in hits):

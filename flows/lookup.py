@@ -35,5 +35,5 @@ def lookup_knowledge_task(
 ) -> dict[str, Any]:
     """The LookupResult (or, with agent=True, the RagToolResult) as JSON."""
     settings = Settings(**({"home": home} if home else {}))
-    result = lookup_knowledge(query, kb_scope=kb_scope, mode=mode, settings=settings)
+    result = lookup_knowledge(query, kb_scope=kb_scope, mode=mode, settings=settings, caller="prefect")
     return project_for_agent(result, settings).to_json() if agent else result.to_json()

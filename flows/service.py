@@ -14,6 +14,7 @@ stores load once, at start-up.
 defined inside create_app at run time.)
 """
 
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -119,8 +120,23 @@ def check_bind(host: str, keys: dict[str, set[str]]) -> None:
         )
 
 
+def given_key(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    return request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else "")
+
+
+def caller_of(key: str, local_key: str | None) -> str:
+    """Who asked, for the audit: a key by a short digest (never the key), `cli` for the key
+    kbflow's own commands use, `http` on an open service."""
+    if not key:
+        return "http"
+    if local_key and hmac.compare_digest(key.encode("utf-8", "surrogateescape"), local_key.encode("utf-8")):
+        return "cli"
+    return "http:" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
 def answer(
-    retriever: Any, settings: Settings, body: LookupRequest, allowed: set[str] | None
+    retriever: Any, settings: Settings, body: LookupRequest, allowed: set[str] | None, caller: str = "http"
 ) -> dict[str, Any]:
     """The lookup behind POST /v1/lookup: scope checks, then the pipeline (sync: run in a thread)."""
     scope = body.kb_scope or None
@@ -137,7 +153,7 @@ def answer(
         if scope not in allowed:
             raise HTTPException(status_code=403, detail=f"this key may not read kb_scope {scope!r}")
     try:
-        result = retriever.lookup(body.query, kb_scope=scope, mode=body.mode)
+        result = retriever.lookup(body.query, kb_scope=scope, mode=body.mode, caller=caller)
     except LookupRejected as exc:
         raise HTTPException(status_code=422, detail=[{"loc": ["body", "query"], "msg": str(exc)}]) from exc
     except IndexMissing as exc:
@@ -184,8 +200,7 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
         """None = every scope (open service or a '*' key)."""
         if not configured:
             return None
-        auth = request.headers.get("authorization", "")
-        given = request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else "")
+        given = given_key(request)
         offered = given.encode("utf-8", "surrogateescape")  # any header text compares, never raises
         for key, scopes in keys.items():
             if given and hmac.compare_digest(offered, key.encode("utf-8")):
@@ -222,6 +237,7 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
         app.state.admission.check()  # refused before the body is even read: overload stays cheap
         body = parse_lookup_body(await read_body(request))
-        return await app.state.admission.run(answer, app.state.retriever, settings, body, allowed)
+        caller = caller_of(given_key(request), local_key)
+        return await app.state.admission.run(answer, app.state.retriever, settings, body, allowed, caller)
 
     return app

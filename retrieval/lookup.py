@@ -44,11 +44,15 @@ def lookup_knowledge(
     settings: Settings | None = None,
     depth: int | None = None,
     exclude: Sequence[str] = (),
+    caller: str | None = None,
 ) -> LookupResult:
     """Look up evidence for `query` in `kb_scope` (None = the settings' scope, empty = all).
     `depth` widens the candidate list (for evaluation); the evidence stays bounded by return_n.
-    `exclude` searches as if these documents (by source) were not indexed."""
-    return get_retriever(settings).lookup(query, kb_scope=kb_scope, mode=mode, depth=depth, exclude=exclude)
+    `exclude` searches as if these documents (by source) were not indexed. `caller` names who
+    asked, in the audit that `kbflow gaps` reads (default python)."""
+    return get_retriever(settings).lookup(
+        query, kb_scope=kb_scope, mode=mode, depth=depth, exclude=exclude, caller=caller
+    )
 
 
 def project_for_agent(result: LookupResult, settings: Settings | None = None) -> RagToolResult:

@@ -255,11 +255,13 @@ class Retriever:
         mode: str | None = None,
         depth: int | None = None,
         exclude: Sequence[str] = (),
+        caller: str | None = None,
     ) -> LookupResult:
         """`depth` asks for at least that many candidates (the eval ranks them); the evidence
         returned is still bounded by return_n. `exclude` names documents (by source) to search
         as if they were not indexed — in L0 and in both legs: how the gate's calibration makes
-        a near-domain question from an answerable one."""
+        a near-domain question from an answerable one. `caller` names who asked, in the audit
+        (cli, http:<key id>, eval…; default python)."""
         request = self._request(query, kb_scope, mode)
         timer = _Timer()
         t0 = t = time.perf_counter()
@@ -285,4 +287,10 @@ class Retriever:
         result = assemble(request, selected, evidence, context, nav, cals, timer.timings, rerank_trace)
         result.retrieval_trace.models = {tg.kb_scope: tg.model_id for tg in targets}
         result.candidates = run.candidates
-        return write_audit(self.stores.sql, result)
+        return write_audit(
+            self.stores.sql,
+            result,
+            caller=caller,
+            vectors=vectors,
+            store_queries=self.settings.audit_store_queries,
+        )

@@ -95,7 +95,7 @@ def _in_process(args: argparse.Namespace, settings: Any) -> Run:
 
     def local(query: str, scope: str | None) -> dict[str, Any]:
         result = lookup_knowledge(
-            query, kb_scope=scope, mode=args.mode or settings.search_mode, settings=settings
+            query, kb_scope=scope, mode=args.mode or settings.search_mode, settings=settings, caller="cli"
         )
         return project_for_agent(result, settings).to_json() if args.agent else result.to_json()
 
