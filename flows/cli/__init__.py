@@ -20,7 +20,7 @@ from typing import Any
 # errors; kbflow turns it off unless the user chose (PREFECT_SERVER_ANALYTICS_ENABLED=true).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from kbflow.flows.cli import config, db, lookup, manage, reindex, serve  # noqa: E402
+from kbflow.flows.cli import config, db, gaps, lookup, manage, reindex, serve  # noqa: E402
 from kbflow.flows.cli import eval as eval_command  # noqa: E402
 from kbflow.flows.cli.options import (  # noqa: E402
     CONFIG_HELP,
@@ -55,13 +55,14 @@ examples:
   kbflow lookup --queries q.jsonl          batch, one JSON line per query
   kbflow eval --offline                    judge the frozen fixtures (no stores, no model)
   kbflow eval --live --compare-to eval/rag-retrieval/reports/baseline.json
-  kbflow serve-flows                       eval + eval-corpus-refresh on cron schedules
+  kbflow gaps --since 30d                  what agents asked that the knowledge base could not answer
+  kbflow serve-flows                       eval, eval-corpus-refresh, knowledge-gaps on cron schedules
   kbflow serve-flows --reindex 'docs/:team-a@0 3 * * *'   plus a nightly reindex of docs/
   kbflow --config ops.toml config show     the settings in effect, and where each came from
 """
 
 # each group adds its commands' parsers, in the order `kbflow --help` lists them
-GROUPS = (reindex, manage, lookup, eval_command, serve, db, config)
+GROUPS = (reindex, manage, lookup, eval_command, gaps, serve, db, config)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,15 +43,20 @@ def _serve_flows_parser(sub: Any) -> None:
 
     p = sub.add_parser(
         "serve-flows",
-        help="serve the eval and eval-corpus-refresh flows (and scheduled reindexes) on cron schedules",
-        description="Registers the eval and eval-corpus-refresh deployments, plus one `reindex` "
-        "deployment per --reindex, with the Prefect API (PREFECT_API_URL, e.g. a `prefect server "
+        help="serve the eval, eval-corpus-refresh and knowledge-gaps flows (and scheduled reindexes) on cron",
+        description="Registers the eval, eval-corpus-refresh and knowledge-gaps deployments, plus one "
+        "`reindex` deployment per --reindex, with the Prefect API (PREFECT_API_URL, e.g. a `prefect server "
         "start`) and runs them on schedule until stopped. --dry-run needs no Prefect API.",
         epilog=SERVE_FLOWS_EPILOG,
         formatter_class=RAW,
     )
     p.add_argument("--eval-cron", default="0 6 * * *", help="cron for the eval flow (default 06:00 daily)")
     p.add_argument("--refresh-cron", default="0 5 * * *", help="cron for eval-corpus-refresh (05:00 daily)")
+    p.add_argument(
+        "--gaps-cron",
+        default="0 7 * * 1",
+        help="cron for knowledge-gaps: the audit's retention, then last week's gaps (Mondays 07:00)",
+    )
     p.add_argument(
         "--reindex",
         action="append",
@@ -73,13 +78,16 @@ def serve(args: argparse.Namespace, settings: Any) -> int:
 
 def serve_flows(args: argparse.Namespace, settings: Any) -> int:
     from kbflow.flows.eval import deployments_summary, serve_flows
+    from kbflow.flows.gaps import gaps_deployments, gaps_deployments_summary
     from kbflow.flows.schedules import parse_reindex_specs, reindex_deployments, reindex_deployments_summary
 
     home = str(settings.home.resolve())
     schedules = parse_reindex_specs(args.reindex)  # a bad spec is refused before anything registers
     if args.dry_run:
         out = deployments_summary(home, args.eval_cron, args.refresh_cron)
+        out += gaps_deployments_summary(home, args.gaps_cron)
         print(json.dumps(out + reindex_deployments_summary(schedules, home), indent=1))
         return 0
-    serve_flows(home, args.eval_cron, args.refresh_cron, extra=reindex_deployments(schedules, home))
+    extra = gaps_deployments(home, args.gaps_cron) + reindex_deployments(schedules, home)
+    serve_flows(home, args.eval_cron, args.refresh_cron, extra=extra)
     return 0

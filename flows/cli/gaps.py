@@ -1,0 +1,121 @@
+"""`kbflow gaps` (what agents asked that the knowledge base could not answer) and `kbflow audit
+purge` (the audit's retention). Both read and write SQL only: a running `kbflow serve` may keep
+the Milvus Lite file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import timedelta
+from typing import Any
+
+from kbflow.flows.cli.options import RAW, add_store_flags
+
+GAPS_EPILOG = """\
+Every lookup is audited in SQL. gaps takes the window's lookups that were answered "no usable
+evidence" or with weak evidence only (eval runs left out), groups them by meaning (their query
+embeddings, with the scope's model) and shows, largest group first: a label of its salient
+terms, how many lookups and distinct callers (API keys by a short digest, cli, python,
+prefect), three example questions, the document that came nearest and its quality, and when
+it was first and last asked. Then the lookups the fallback rescued (the L0 category hint that
+misled), the documents never returned in the window and the most returned ones.
+
+examples:
+  kbflow gaps                              the last 7 days, every scope
+  kbflow gaps --scope ops --since 30d      one scope, a month
+  kbflow gaps --json                       one JSON object (every group, with its audit ids)
+  kbflow gaps --markdown gaps.md           the report as Markdown (as the knowledge-gaps flow's artifact)
+  kbflow audit purge                       what the retention rule would delete (dry run)
+  kbflow audit purge --yes                 delete audit rows older than audit_retention_days
+"""
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "gaps",
+        help="what agents asked that the knowledge base could not answer (from the lookup audit)",
+        description="Group the window's unanswered lookups by meaning: the next documents to write.",
+        epilog=GAPS_EPILOG,
+        formatter_class=RAW,
+    )
+    p.add_argument("--scope", help="only lookups of this kb_scope (default every scope)")
+    p.add_argument("--since", default="7d", help="the window: 24h, 7d, 4w … back from now (default 7d)")
+    p.add_argument("--top", type=int, default=20, help="groups shown (default 20; --json has all)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
+    add_store_flags(p)
+    p.set_defaults(func=gaps)
+
+    audit = sub.add_parser("audit", help="the lookup audit: retention").add_subparsers(
+        dest="audit_command", required=True, metavar="COMMAND", help="purge"
+    )
+    purge = audit.add_parser(
+        "purge",
+        help="delete audit rows older than audit_retention_days (dry run without --yes)",
+        description="Audit rows hold users' questions. This deletes those older than "
+        "audit_retention_days (default 90; 0 keeps everything), in short transactions, so that "
+        "lookups running meanwhile are never refused. The knowledge-gaps flow runs it weekly.",
+    )
+    purge.add_argument("--yes", action="store_true", help="delete (without it: count only)")
+    add_store_flags(purge)
+    purge.set_defaults(func=audit_purge)
+
+
+def _since(text: str) -> timedelta:
+    from kbflow.core.errors import InputError
+    from kbflow.evaluation.gaps import parse_since
+
+    try:
+        return parse_since(text)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def gaps(args: argparse.Namespace, settings: Any) -> int:
+    from kbflow.core.sql import SqlStore
+    from kbflow.evaluation.gaps import knowledge_gaps, model_embedder
+    from kbflow.evaluation.gaps_markdown import gaps_markdown
+    from kbflow.flows.cli.gaps_view import print_gaps, progress_bar
+
+    since = _since(args.since)
+    sql = SqlStore(settings.resolved_database_url)
+    with progress_bar(enabled=not args.json) as advance:
+        report = knowledge_gaps(
+            sql, model_embedder(settings), scope=args.scope, since=since, progress=advance
+        )
+    if args.markdown:
+        from pathlib import Path
+
+        Path(args.markdown).write_text(gaps_markdown(report, args.top), encoding="utf-8")
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print_gaps(report, args.top)
+    return 0
+
+
+def audit_purge(args: argparse.Namespace, settings: Any) -> int:
+    from datetime import UTC, datetime
+
+    from sqlalchemy import func, select
+
+    from kbflow.core.sql import LookupAuditRow, SqlStore
+    from kbflow.retrieval.audit import purge_expired
+
+    days = settings.audit_retention_days
+    sql = SqlStore(settings.resolved_database_url)
+    if days <= 0:
+        out = {"retention_days": 0, "deleted": 0, "would_delete": 0}
+        message = "audit_retention_days is 0: the audit is kept forever; nothing to purge"
+    elif args.yes:
+        out = {"retention_days": days, "deleted": purge_expired(sql, days), "would_delete": 0}
+        message = f"deleted {out['deleted']} audit rows older than {days} days"
+    else:
+        cutoff = datetime.now(UTC) - timedelta(days=days)
+        with sql.session() as s:
+            n = s.scalar(
+                select(func.count()).select_from(LookupAuditRow).where(LookupAuditRow.created_at < cutoff)
+            )
+        out = {"retention_days": days, "deleted": 0, "would_delete": n}
+        message = f"{n} audit rows are older than {days} days; --yes deletes them"
+    print(json.dumps(out) if args.json else message)
+    return 0
