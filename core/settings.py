@@ -139,7 +139,7 @@ class Settings(BaseSettings):
         ge=0,
         le=36_500,
         description="Audit rows older than this are purged by the knowledge-gaps flow and "
-        "`kbflow gaps --purge`; 0 = keep them forever.",
+        "`kbflow audit purge --yes`; 0 = keep them forever.",
     )
 
     # --- embedding ------------------------------------------------------------------

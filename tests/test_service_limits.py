@@ -146,6 +146,25 @@ def test_overload_is_answered_at_once_with_503_and_retry_after(service):
     assert max(secs for secs, _, _ in busy) < 2.0  # refused at once, not after a wait in line
 
 
+def test_the_audit_names_the_key_that_asked_by_a_digest_never_the_key(service):
+    import hashlib
+
+    from sqlalchemy import select
+
+    from kbflow.core.settings import Settings
+    from kbflow.core.sql import LookupAuditRow, SqlStore
+
+    base, home = service
+    asked = {**QUERY, "query": "which key asked about kafka consumer group lag"}
+    assert (
+        httpx.post(f"{base}/v1/lookup", json=asked, headers={"X-API-Key": "k-ops"}, timeout=60).status_code
+        == 200
+    )
+    with SqlStore(Settings(home=home).resolved_database_url).session() as s:
+        callers = s.scalars(select(LookupAuditRow.caller).where(LookupAuditRow.query == asked["query"])).all()
+    assert callers == ["http:" + hashlib.sha256(b"k-ops").hexdigest()[:8]]
+
+
 def test_abuse_over_real_http_gets_4xx_never_500_nor_an_echo(service):
     base, _ = service
     key = {"X-API-Key": "k-ops"}
