@@ -128,7 +128,7 @@ def grow_audit(stores, rows: int, seed: int = 7) -> int:
 
 def sweep(sql, embed, truth: dict[int, str], language: str, thresholds: list[float]) -> list[dict]:
     """Every method, centred or not, at every threshold; last, the default (auto, its threshold)."""
-    runs = [(m, c, t) for m in ("average", "leader") for c in (True, False) for t in thresholds]
+    runs = [(m, c, t) for m in ("average", "leader", "two-stage") for c in (True, False) for t in thresholds]
     rows = []
     for method, center, threshold in [*runs, (DEFAULT_METHOD, True, None)]:
         started = time.perf_counter()

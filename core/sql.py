@@ -190,6 +190,21 @@ class LookupAuditRow(Base):
     )
 
 
+class EvalRunRow(Base):
+    """One mode of one live golden-case eval run: the eval history the owner's report charts."""
+
+    __tablename__ = "eval_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    source: Mapped[str] = mapped_column(String(16))  # live | snapshot
+    mode: Mapped[str] = mapped_column(String(16))
+    cases: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)  # the report's metrics of that mode
+
+    __table_args__ = (Index("ix_eval_runs_created", "created_at"),)
+
+
 class SqlStore:
     """Engine + session factory. A new database gets the latest schema; an older one must be
     migrated with `kbflow db upgrade` (`migrate=False` skips the check, for that command)."""

@@ -4,6 +4,7 @@ lookup against a freshly seeded scope) and snapshot (live, then freeze fixtures)
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from kbflow.evaluation.judge import CaseOutcome, judge
 from kbflow.evaluation.report import build_report
 from kbflow.retrieval.contracts import Hit, LookupResult
 from kbflow.retrieval.projection import ProjectionLimits, project_for_agent
+
+log = logging.getLogger("kbflow.eval")
 
 FIXTURE_SCHEMA = "kbflow.eval-fixture/2"
 EVAL_ROOT = Path(__file__).resolve().parent.parent / "eval" / "rag-retrieval"
@@ -206,5 +209,17 @@ def run_eval(
         seed_scopes(settings, sorted({c.kb_scope for c in cases}))
         report, results = evaluate(cases, modes, live_source(settings), label=source, settings=settings)
         fixtures = write_fixtures(fixtures_dir, results) if source == "snapshot" else []
+        _record(settings, report, source)
     diff = diff_reports(report, baseline) if baseline is not None else None
     return EvalOutcome(report, diff, fixtures)
+
+
+def _record(settings: Settings, report: dict[str, Any], source: str) -> None:
+    """Keep the run in the eval history; a history that cannot be written never fails the eval."""
+    from kbflow.core.sql import SqlStore
+    from kbflow.evaluation.history import record_eval_run
+
+    try:
+        record_eval_run(SqlStore(settings.resolved_database_url), report, source)
+    except Exception as exc:  # noqa: BLE001 - reported, the eval's own result stands
+        log.warning("eval history not recorded: %s: %s", type(exc).__name__, exc)

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from kbflow.core.settings import Settings
 from kbflow.core.sql import SqlStore
@@ -45,16 +45,34 @@ def gaps_task(home: str | None = None, scope: str | None = None, since: str = "7
     return report.to_json()
 
 
+@task(name="owner-report")
+def owner_report_task(home: str | None = None, scope: str | None = None) -> str:
+    """The HTML report of the last 30 days under <home>/reports/, attached as a link artifact."""
+    from datetime import timedelta
+
+    from kbflow.flows.report import write_owner_report
+
+    settings = _settings(home)
+    path = settings.home.resolve() / "reports" / "kbflow-report.html"
+    write_owner_report(settings, path, since=timedelta(days=30), scope=scope)
+    create_link_artifact(
+        key="kbflow-report", link=path.as_uri(), link_text="kbflow report", description="the owner's report"
+    )
+    return str(path)
+
+
 @flow(name="knowledge-gaps")
 def knowledge_gaps_flow(
     home: str | None = None, scope: str | None = None, since: str = "7d"
 ) -> dict[str, Any]:
-    """Purge the audit past its retention, then group the window's unanswered lookups."""
+    """Purge the audit past its retention, group the window's unanswered lookups, and write the
+    owner's HTML report."""
     logger = get_run_logger()
     purged = purge_audit_task(home)
     if purged:
         logger.info("purged %d audit rows past audit_retention_days", purged)
     report = gaps_task(home, scope, since)
+    logger.info("owner's report: %s", owner_report_task(home, scope))
     logger.info(
         "%d lookups, %d unanswered, %d groups", report["lookups"], report["unanswered"], len(report["groups"])
     )

@@ -224,3 +224,10 @@ def test_rows_audited_before_kbflow_kept_embeddings_are_embedded_again(small_hom
     report = knowledge_gaps(sql, model_embedder(settings), scope="rag-eval", since=timedelta(hours=1))
     jenkins = [g for g in report.groups if "jenkins" in g.label]
     assert len(jenkins) == 1 and jenkins[0].count == 3 and report.ungrouped == 0
+
+
+def test_a_home_with_nothing_in_it_is_told_not_created(tmp_path):
+    for command in (["gaps"], ["report", "--html", str(tmp_path / "r.html")], ["audit", "purge"]):
+        done = run_cli(*command, home=tmp_path / "nowhere")
+        assert done.returncode == 2 and "nothing is indexed or audited" in done.stderr, done.stderr
+    assert not (tmp_path / "nowhere").exists()

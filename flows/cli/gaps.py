@@ -25,6 +25,7 @@ examples:
   kbflow gaps --scope ops --since 30d      one scope, a month
   kbflow gaps --json                       one JSON object (every group, with its audit ids)
   kbflow gaps --markdown gaps.md           the report as Markdown (as the knowledge-gaps flow's artifact)
+  kbflow report --html report.html         scopes, lookups, rates, latency, gaps, eval history: one page
   kbflow audit purge                       what the retention rule would delete (dry run)
   kbflow audit purge --yes                 delete audit rows older than audit_retention_days
 """
@@ -45,6 +46,20 @@ def add_parsers(sub: Any) -> None:
     add_store_flags(p)
     p.set_defaults(func=gaps)
 
+    r = sub.add_parser(
+        "report",
+        help="the owner's report: one self-contained HTML page (scopes, lookups, gaps, eval history)",
+        description="Writes one HTML page with no server and nothing fetched (inline CSS and SVG): "
+        "each scope (documents, chunks, model, analyzer, calibration, last reindex, failures), "
+        "lookups per day, the no-evidence and weak rates per day, latency p50/p95 per day, the "
+        "knowledge gaps and the eval history (nDCG@10, MRR, no-evidence rates of each live eval run).",
+    )
+    r.add_argument("--html", metavar="FILE", required=True, help="where to write the page")
+    r.add_argument("--scope", help="one kb_scope (default every scope)")
+    r.add_argument("--since", default="30d", help="the window: 7d, 30d, 12w … (default 30d)")
+    add_store_flags(r)
+    r.set_defaults(func=report)
+
     audit = sub.add_parser("audit", help="the lookup audit: retention").add_subparsers(
         dest="audit_command", required=True, metavar="COMMAND", help="purge"
     )
@@ -60,6 +75,22 @@ def add_parsers(sub: Any) -> None:
     purge.set_defaults(func=audit_purge)
 
 
+def _sql(settings: Any) -> Any:
+    """The home's SQL store; a home with no database yet is told, not created."""
+    from pathlib import Path
+
+    from kbflow.core.errors import InputError
+    from kbflow.core.sql import SqlStore
+
+    url = settings.resolved_database_url
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise InputError(
+            f"nothing is indexed or audited under {settings.home}: no {url.removeprefix('sqlite:///')} "
+            "(--home or KBFLOW_HOME names another home)"
+        )
+    return SqlStore(url)
+
+
 def _since(text: str) -> timedelta:
     from kbflow.core.errors import InputError
     from kbflow.evaluation.gaps import parse_since
@@ -71,13 +102,12 @@ def _since(text: str) -> timedelta:
 
 
 def gaps(args: argparse.Namespace, settings: Any) -> int:
-    from kbflow.core.sql import SqlStore
     from kbflow.evaluation.gaps import knowledge_gaps, model_embedder
     from kbflow.evaluation.gaps_markdown import gaps_markdown
     from kbflow.flows.cli.gaps_view import print_gaps, progress_bar
 
     since = _since(args.since)
-    sql = SqlStore(settings.resolved_database_url)
+    sql = _sql(settings)
     with progress_bar(enabled=not args.json) as advance:
         report = knowledge_gaps(
             sql, model_embedder(settings), scope=args.scope, since=since, progress=advance
@@ -98,11 +128,11 @@ def audit_purge(args: argparse.Namespace, settings: Any) -> int:
 
     from sqlalchemy import func, select
 
-    from kbflow.core.sql import LookupAuditRow, SqlStore
+    from kbflow.core.sql import LookupAuditRow
     from kbflow.retrieval.audit import purge_expired
 
     days = settings.audit_retention_days
-    sql = SqlStore(settings.resolved_database_url)
+    sql = _sql(settings)
     if days <= 0:
         out = {"retention_days": 0, "deleted": 0, "would_delete": 0}
         message = "audit_retention_days is 0: the audit is kept forever; nothing to purge"
@@ -118,4 +148,16 @@ def audit_purge(args: argparse.Namespace, settings: Any) -> int:
         out = {"retention_days": days, "deleted": 0, "would_delete": n}
         message = f"{n} audit rows are older than {days} days; --yes deletes them"
     print(json.dumps(out) if args.json else message)
+    return 0
+
+
+def report(args: argparse.Namespace, settings: Any) -> int:
+    from pathlib import Path
+
+    from kbflow.flows.report import write_owner_report
+
+    since = _since(args.since)
+    _sql(settings)
+    path = write_owner_report(settings, Path(args.html), since=since, scope=args.scope)
+    print(json.dumps({"html": str(path)}) if args.json else f"wrote {path} (open it in a browser)")
     return 0
