@@ -158,6 +158,18 @@ def test_live_eval_matches_baseline_and_degraded_pipeline_fails_the_gate(tmp_pat
     assert any("chat-l0-filter-fallback: passed before, fails now" in r for r in diff["regressions"])
     assert "REGRESSION hybrid:chat-l0-filter-fallback" in capsys.readouterr().out
 
+    # both live runs are in the home's eval history, per mode, the degraded one worse
+    from kbflow.core.settings import Settings
+    from kbflow.core.sql import SqlStore
+    from kbflow.evaluation.history import eval_history
+
+    runs = eval_history(SqlStore(Settings(home=home).resolved_database_url))
+    hybrid = [r for r in runs if r["mode"] == "hybrid"]
+    assert [r["source"] for r in runs] == ["live"] * 4 and len(hybrid) == 2
+    first = live["modes"]["hybrid"]["metrics"]
+    assert hybrid[0]["metrics"]["candidate_ndcg@10"] == first["candidate_ndcg@10"]
+    assert hybrid[1]["failed"] > hybrid[0]["failed"]
+
 
 def test_diff_separates_regressions_from_improvements():
     base = json.loads(BASELINE.read_text())
