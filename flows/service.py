@@ -179,10 +179,8 @@ def _lifespan(settings: Settings) -> Any:
 
 
 async def _overloaded(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, Overloaded)
-    return JSONResponse(
-        status_code=503, content={"detail": exc.reason}, headers={"Retry-After": str(exc.retry_after_s)}
-    )
+    reason, retry = (exc.reason, exc.retry_after_s) if isinstance(exc, Overloaded) else ("busy", 1)
+    return JSONResponse(status_code=503, content={"detail": reason}, headers={"Retry-After": str(retry)})
 
 
 def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:

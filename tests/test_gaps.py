@@ -56,6 +56,9 @@ def test_gaps_lists_the_seeded_topics_first_each_pure(audited):
         assert group["nearest"] and group["first_seen"] <= group["last_seen"]
         found_topics.append(topic)
     assert sorted(found_topics) == sorted(topics), [g["label"] for g in report["groups"][:5]]
+    rescued = {r["query"]: r for r in report["rescued"]}  # the golden fallback case, asked by 3 callers
+    fallback = rescued["chat messages arrive late and consumer lag keeps growing"]
+    assert fallback["misleading_category"] and fallback["found"] == "kafka-consumer-lag"
     labels = " ".join(g["label"] for g in report["groups"][:5])
     assert all(word in labels for word in ("elasticsearch", "terraform", "jenkins", "vault", "cassandra"))
 
@@ -104,12 +107,15 @@ def test_the_knowledge_gaps_flow_publishes_its_artifact(audited, prefect_harness
     report = knowledge_gaps_flow(home=str(settings.home), since="1d")
     assert report["unanswered"] >= 200
 
-    async def artifacts():
+    async def artifacts(name: str):
         async with get_client() as client:
-            key = ArtifactFilter(key=ArtifactFilterKey(any_=["knowledge-gaps"]))
+            key = ArtifactFilter(key=ArtifactFilterKey(any_=[name]))
             return await client.read_artifacts(artifact_filter=key)
 
-    assert any("What agents asked" in a.data for a in asyncio.run(artifacts()))
+    assert any("What agents asked" in a.data for a in asyncio.run(artifacts("knowledge-gaps")))
+    links = asyncio.run(artifacts("kbflow-report"))
+    page = settings.home.resolve() / "reports" / "kbflow-report.html"
+    assert page.exists() and any(page.as_uri() in a.data for a in links)
 
 
 def test_serve_flows_schedules_knowledge_gaps_weekly(tmp_path):
