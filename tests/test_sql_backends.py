@@ -98,6 +98,21 @@ def test_reindex_lookup_and_audit_on_the_backend(database_url, tmp_path):
         row = s.get(LookupAuditRow, r.audit_id)
         assert row.evidence_keys[0].startswith("kafka-lag#") and row.result["found"] is True
 
+    # the owner's view reads the same rows on this backend: gaps, per-day series, the purge
+    from datetime import UTC, datetime, timedelta
+
+    from kbflow.evaluation.daily import daily_series
+    from kbflow.evaluation.gaps import knowledge_gaps, model_embedder
+    from kbflow.retrieval.audit import purge_expired
+
+    for q in ("vault is sealed after a restart", "how do I unseal hashicorp vault"):
+        assert lookup_knowledge(q, kb_scope="ops", settings=settings).audit_id
+    gaps = knowledge_gaps(stores.sql, model_embedder(settings), since=timedelta(hours=1))
+    assert gaps.lookups == 3 and gaps.unanswered == 2 and gaps.groups[0].count == 2
+    now = datetime.now(UTC)
+    assert sum(d.lookups for d in daily_series(stores.sql, now - timedelta(days=1), now)) == 3
+    assert purge_expired(stores.sql, retention_days=1, now=now + timedelta(days=2)) == 3
+
 
 # --- embedding cache ------------------------------------------------------------------------
 
