@@ -39,3 +39,18 @@ def test_answerability_bench_scores_every_fit_on_the_real_questions(capsys):
     features = bench.feature_table(real, synth, leave, pool=20)
     assert len(features) == 2 * len(bench.FEATURE_SETS)
     assert "| cosine + coverage | self |" in capsys.readouterr().out
+
+
+def test_scale_bench_generator_is_deterministic(tmp_path: Path):
+    """bench/scale.py's corpus: the same seed writes the same bytes, another seed other ones."""
+    bench = _load("scale")
+    words = [f"w{i}" for i in range(200)]
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.md"))}
+
+    a = files(bench.write_corpus(tmp_path / "a", 12, seed=5, words=words))
+    b = files(bench.write_corpus(tmp_path / "b", 12, seed=5, words=words))
+    c = files(bench.write_corpus(tmp_path / "c", 12, seed=6, words=words))
+    assert len(a) == 12 and a == b and a != c
+    assert all(text.startswith(b"---\nsource: doc-") and b"\n## " in text for text in a.values())
