@@ -205,6 +205,18 @@ class Settings(BaseSettings):
     allow_mass_delete: bool = Field(
         False, description="Confirm removals the max_delete_fraction or empty-root guards refuse."
     )
+    trust_file_stat: bool = Field(
+        True,
+        description="An incremental reindex does not read a file whose size, mtime, ctime and "
+        "inode equal those recorded when it was indexed (a no-change run then costs a directory "
+        "walk). Turn off on filesystems that do not keep mtime (some network mounts).",
+    )
+    reindex_batch_chars: int = Field(
+        500_000,
+        ge=10_000,
+        description="A reindex reads, chunks, embeds and writes documents this many characters "
+        "at a time, so its memory does not grow with the corpus.",
+    )
 
     # --- retrieval (SPEC §1 defaults) ------------------------------------------------
     search_mode: SearchMode = Field("hybrid", description="Lookup mode: hybrid, dense or bm25.")

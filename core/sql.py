@@ -75,6 +75,9 @@ class DocumentRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
     indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # size:mtime_ns:ctime_ns:inode when the indexed version was read; NULL: read it next time
+    file_stat: Mapped[str | None] = mapped_column(String(96), nullable=True)
+    language: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
     __table_args__ = (Index("ix_documents_root", "root"),)
 

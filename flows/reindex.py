@@ -88,7 +88,7 @@ def apply_task(
         pct = int(100 * done / max(total, 1))
         if pct // 10 != last_logged.get(stage, -1):
             last_logged[stage] = pct // 10
-            logger.info("scope %s: %s %d/%d chunks (%d%%)", scope, stage, done, total, pct)
+            logger.info("scope %s: %s %d/%d documents (%d%%)", scope, stage, done, total, pct)
             if stage == "embed":
                 update_progress_artifact(artifact_id, progress=float(min(pct, 100)))
         if progress is not None:

@@ -8,18 +8,20 @@ A scope with no collection yet, or built under another analysis, is rebuilt inst
 
 from __future__ import annotations
 
+from kbflow.core.analysis import LexicalConfig
 from kbflow.core.chunk_store import SOURCE_MAX_BYTES, alias_for
 from kbflow.core.embedder import EmbedStats
 from kbflow.core.models import ModelChoice
 from kbflow.core.sql import ScopeRow, utcnow
 from kbflow.core.stores import Stores
+from kbflow.ingest.parsing import ParsedDocument
 from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.rebuild import rebuild
 from kbflow.ingest.records import finish_records, mark_writing, upsert_scope_row
 from kbflow.ingest.scope_config import check_scope_config, lexical_config, pipeline_hash
 from kbflow.ingest.sources import Failure
 from kbflow.ingest.summary import ScopeSummary, count_plan
-from kbflow.ingest.writing import Encoder, Progress, build_rows, embed_documents, write_documents
+from kbflow.ingest.writing import Encoder, Progress, Written, stream_write
 
 
 def apply_plan(
@@ -65,21 +67,18 @@ def apply_incremental(
     summary = ScopeSummary(
         kb_scope=scope, collection=alias, analyzer=scope_row.analyzer, physical_collection=target
     )
-    store.load(alias)
     p_hash, stats = pipeline_hash(s, model_id), EmbedStats()
-    chunks, vectors = embed_documents(stores, plan.to_write, stats, progress, encoder, model)
+    if plan.to_write or plan.stale:
+        store.load(alias)
+    written = _write(stores, plan, alias, lexical, stats, summary.warnings, p_hash, progress, encoder, model)
+    plan.refuse(written.refused)
     summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
-    if plan.to_write:
-        with stores.sql.session() as session, session.begin():
-            mark_writing(session, plan, chunks, p_hash)
-    rows = build_rows(plan.to_write, chunks, vectors, lexical, summary.warnings)
-    plan.refuse(write_documents(store, alias, rows, progress))
-    summary.chunks_written = sum(len(rows[d.doc_id]) for d in plan.to_write)
-    _delete_leftovers(stores, plan, alias, {d: len(c) for d, c in chunks.items()})
-    if rows or plan.stale:
+    summary.chunks_written = written.chunks
+    _delete_leftovers(stores, plan, alias, written.n_chunks)
+    if written.docs or plan.stale:
         store.flush(target)
     with stores.sql.session() as session, session.begin():
-        finish_records(session, plan, plan.to_write, chunks, p_hash)
+        finish_records(session, plan, written, p_hash)
         if scope_row.physical_collection != target:
             upsert_scope_row(
                 session, scope, alias, target, scope_row.analyzer, model_id, scope_row.dim, lexical.version
@@ -90,12 +89,47 @@ def apply_incremental(
     return summary
 
 
+def _write(
+    stores: Stores,
+    plan: ScopePlan,
+    alias: str,
+    lexical: LexicalConfig,
+    stats: EmbedStats,
+    warnings: list[dict[str, str]],
+    p_hash: str,
+    progress: Progress | None,
+    encoder: Encoder | None,
+    model: ModelChoice,
+) -> Written:
+    """The changed documents streamed into the served collection; each batch's records are
+    `writing` before the store sees it."""
+    if not plan.to_write:
+        return Written()
+
+    def before_write(docs: list[ParsedDocument], n_chunks: dict[str, int]) -> None:
+        with stores.sql.session() as session, session.begin():
+            mark_writing(session, plan, docs, n_chunks, p_hash)
+
+    return stream_write(
+        stores,
+        alias,
+        plan.to_write,
+        lexical,
+        stats,
+        warnings,
+        model=model,
+        progress=progress,
+        encoder=encoder,
+        before_write=before_write,
+    )
+
+
 def _delete_leftovers(stores: Stores, plan: ScopePlan, alias: str, n_chunks: dict[str, int]) -> None:
     """Chunks of a longer (or interrupted) earlier version, and every chunk of removed documents."""
     store, scope = stores.chunks, plan.kb_scope
     for doc in plan.to_write:
-        old, n = plan.existing.get(doc.doc_id), n_chunks[doc.doc_id]
-        if old is not None and (old.status == "writing" or old.chunk_count > n):
+        old, n = plan.existing.get(doc.doc_id), n_chunks.get(doc.doc_id)
+        if n is not None and old is not None and (old.status == "writing" or old.chunk_count > n):
             store.delete_chunks_from(alias, scope, doc.doc_id, n)
     if plan.stale:
         store.delete_docs(alias, scope, [r.doc_id for r in plan.stale])

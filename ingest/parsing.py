@@ -70,6 +70,9 @@ class ParsedDocument:
     rel_path: str
     root: str
     extra: dict[str, Any] = field(default_factory=dict)
+    scope_declared: bool = False  # the frontmatter names kb_scope (else it came from the run)
+    file_stat: str | None = None  # `sources.stat_key` of the file when it was read
+    loaded: bool = True  # False: body not held (the scan keeps metadata only); `sources.load`
 
     @property
     def category(self) -> str:
@@ -107,6 +110,10 @@ def derive_doc_id(rel_path: str) -> str:
     stem = rel_path.rsplit(".", 1)[0]
     slug = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-").lower()[:55] or "doc"
     return f"{slug}-{hashlib.sha1(rel_path.encode()).hexdigest()[:8]}"
+
+
+def derived_id_warning(doc_id: str) -> str:
+    return f"no 'source' in frontmatter; derived stable id '{doc_id}' from the path"
 
 
 def _str_list(value: Any, key: str) -> list[str]:
@@ -172,6 +179,7 @@ def parse_document(
         rel_path=rel_path,
         root=root,
         extra=extra,
+        scope_declared=not _blank(scope_value),
     )
     return doc, warnings
 
@@ -180,7 +188,7 @@ def _source(raw: Any, rel_path: str, warnings: list[str]) -> tuple[str, bool]:
     """(doc_id, derived): the author's source as written, or an id derived from the path."""
     if _blank(raw):
         doc_id = derive_doc_id(rel_path)
-        warnings.append(f"no 'source' in frontmatter; derived stable id '{doc_id}' from the path")
+        warnings.append(derived_id_warning(doc_id))
         return doc_id, True
     if not isinstance(raw, str):
         raise DocumentError("frontmatter 'source' must be a single value, not a list or mapping")

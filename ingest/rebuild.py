@@ -19,15 +19,7 @@ from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.records import finish_records, upsert_scope_row
 from kbflow.ingest.scope_config import choose_analyzer, lexical_config, pipeline_hash
 from kbflow.ingest.summary import ScopeSummary, count_plan
-from kbflow.ingest.writing import (
-    Encoder,
-    Progress,
-    build_rows,
-    embed_documents,
-    embed_texts,
-    relex,
-    write_documents,
-)
+from kbflow.ingest.writing import Encoder, Progress, embed_texts, relex, stream_write
 
 
 def rebuild(
@@ -49,10 +41,19 @@ def rebuild(
     _report(progress, 1)  # new collection created, nothing served from it yet
     try:
         stats = EmbedStats()
-        chunks, vectors = embed_documents(stores, plan.docs, stats, progress, encoder, model)
-        rows = build_rows(plan.docs, chunks, vectors, lexical, summary.warnings)
-        plan.refuse(write_documents(store, physical, rows, progress))
-        summary.chunks_written = sum(len(rows[d.doc_id]) for d in plan.docs)
+        written = stream_write(
+            stores,
+            physical,
+            plan.docs,
+            lexical,
+            stats,
+            summary.warnings,
+            model=model,
+            progress=progress,
+            encoder=encoder,
+        )
+        plan.refuse(written.refused)
+        summary.chunks_written = written.chunks
         carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
         if carried and old_target is not None:
             store.load(old_target)  # a collection not searched since a restart is released
@@ -70,7 +71,7 @@ def rebuild(
     store.point_alias(alias, physical)
     _report(progress, 2)  # the alias serves the new collection
     with stores.sql.session() as session, session.begin():
-        finish_records(session, plan, plan.docs, chunks, pipeline_hash(s, model.model_id))
+        finish_records(session, plan, written, pipeline_hash(s, model.model_id))
         upsert_scope_row(
             session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
         )

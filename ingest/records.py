@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
 from kbflow.core.sql import DocumentRow, ScopeRow, utcnow
-from kbflow.ingest.chunking import Chunk
-from kbflow.ingest.l0_index import build_l0_entry, delete_l0, write_l0
+from kbflow.ingest.l0_index import delete_l0, write_l0
 from kbflow.ingest.parsing import ParsedDocument
 from kbflow.ingest.planning import ScopePlan
+from kbflow.ingest.writing import Written
+
+_EXPUNGE_EVERY = 500  # rows merged before the session lets go of them: memory stays flat
 
 
 def new_record(doc: ParsedDocument, n_chunks: int, p_hash: str, status: str) -> DocumentRow:
@@ -31,45 +33,46 @@ def new_record(doc: ParsedDocument, n_chunks: int, p_hash: str, status: str) -> 
         extra_metadata=doc.extra,
         last_error=None,
         indexed_at=utcnow() if status == "indexed" else None,
+        file_stat=doc.file_stat if status == "indexed" else None,
+        language=doc.language,
     )
 
 
-def mark_writing(session: Session, plan: ScopePlan, chunks: dict[str, list[Chunk]], p_hash: str) -> None:
-    """Before the store is written: every document about to change is `writing`, and its chunk
-    count covers both versions, so a crash leaves a record of what to clean up."""
-    for doc in plan.to_write:
+def mark_writing(
+    session: Session, plan: ScopePlan, docs: Sequence[ParsedDocument], n_chunks: dict[str, int], p_hash: str
+) -> None:
+    """Before a batch reaches the store: each of its documents is `writing`, and its chunk count
+    covers both versions, so a crash leaves a record of what to clean up."""
+    for doc in docs:
         old = plan.existing.get(doc.doc_id)
         row = (
             session.merge(old)
             if old is not None
-            else session.merge(new_record(doc, len(chunks[doc.doc_id]), p_hash, "writing"))
+            else session.merge(new_record(doc, n_chunks[doc.doc_id], p_hash, "writing"))
         )
-        row.status = "writing"
-        row.chunk_count = max(row.chunk_count, len(chunks[doc.doc_id]))
+        row.status, row.file_stat = "writing", None
+        row.chunk_count = max(row.chunk_count, n_chunks[doc.doc_id])
+    session.flush()
+    session.expunge_all()
 
 
-def finish_records(
-    session: Session,
-    plan: ScopePlan,
-    written: Sequence[ParsedDocument],
-    chunks: dict[str, list[Chunk]],
-    p_hash: str,
-) -> None:
+def finish_records(session: Session, plan: ScopePlan, written: Written, p_hash: str) -> None:
     """After the store is written: written documents `indexed` (with their L0 entry), moved ones
     re-rooted, removed ones deleted, protected ones `error` with the reason."""
-    for doc in written:
-        row = new_record(doc, len(chunks[doc.doc_id]), p_hash, "indexed")
+    for i, doc in enumerate(written.docs, 1):
+        row = new_record(doc, written.n_chunks[doc.doc_id], p_hash, "indexed")
         old = plan.existing.get(doc.doc_id)
         if old is not None:
             row.created_at = old.created_at
         session.merge(row)
-        write_l0(session, build_l0_entry(doc, chunks[doc.doc_id]))
-    rewritten = {d.doc_id for d in written}
+        write_l0(session, written.l0[doc.doc_id])
+        if i % _EXPUNGE_EVERY == 0:
+            session.flush()
+            session.expunge_all()
+    rewritten = set(written.n_chunks)
     for doc in plan.unchanged:
-        old = plan.existing[doc.doc_id]
-        if doc.doc_id not in rewritten and (old.status != "indexed" or old.root != doc.root):
-            moved = session.merge(old)
-            moved.status, moved.last_error, moved.root = "indexed", None, doc.root
+        if doc.doc_id not in rewritten:
+            _settle_unchanged(session, plan.existing[doc.doc_id], doc)
     gone = [r.doc_id for r in plan.stale] + plan.abandoned
     if gone:
         session.execute(
@@ -79,6 +82,22 @@ def finish_records(
     for row, reason in plan.protected:
         merged = session.merge(row)
         merged.status, merged.last_error = "error", reason
+
+
+def _settle_unchanged(session: Session, old: DocumentRow, doc: ParsedDocument) -> None:
+    """An unchanged document's record: re-rooted and `indexed` again if need be, and its file's
+    stat kept up to date (so the next run need not read it). Only rows that differ are written."""
+    values: dict[str, object] = {}
+    if old.status != "indexed" or old.root != doc.root:
+        values.update(status="indexed", last_error=None, root=doc.root)
+    if old.file_stat != doc.file_stat or old.language != doc.language:
+        values.update(file_stat=doc.file_stat, language=doc.language)
+    if values:
+        session.execute(
+            update(DocumentRow)
+            .where(DocumentRow.kb_scope == old.kb_scope, DocumentRow.doc_id == old.doc_id)
+            .values(**values)
+        )
 
 
 def upsert_scope_row(

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 
@@ -38,13 +39,25 @@ from kbflow.ingest.scope_config import (
     pipeline_hash,
     scope_model,
 )
-from kbflow.ingest.sources import Failure, ScanResult, resolve_roots, scan_roots
+from kbflow.ingest.sources import Failure, KnownFile, ScanResult, resolve_roots, scan_roots
 from kbflow.ingest.summary import ReindexSummary, ScopeSummary
 from kbflow.ingest.writing import Progress
 
 __all__ = [
-    "ReindexRun", "ReindexSummary", "ScopeConfigMismatch", "ScopeSummary", "apply_plan", "choose_analyzer",
-    "finish", "lexical_config", "locked", "pipeline_hash", "plan", "reindex", "settle", "start",
+    "ReindexRun",
+    "ReindexSummary",
+    "ScopeConfigMismatch",
+    "ScopeSummary",
+    "apply_plan",
+    "choose_analyzer",
+    "finish",
+    "lexical_config",
+    "locked",
+    "pipeline_hash",
+    "plan",
+    "reindex",
+    "settle",
+    "start",
 ]
 
 
@@ -75,7 +88,7 @@ def start(
     if scope is not None:
         validate_scope(scope)
     stores = keep_home_backend(stores or open_stores(settings or Settings()))
-    scan = _scan(roots, stores, scope)
+    scan = _scan(roots, stores, scope, trust_stat=not full and stores.settings.trust_file_stat)
     scan.allow_mass_delete = allow_mass_delete
     summary = ReindexSummary(mode="full" if full else "incremental", roots=scan.roots, kb_scope=scope)
     summary.skipped_other_scope = scan.skipped_other_scope
@@ -84,10 +97,30 @@ def start(
     return ReindexRun(stores, scan, scopes, summary, list(scan.failures), full, started)
 
 
-def _scan(roots: Sequence[str | Path], stores: Stores, scope: str | None) -> ScanResult:
+def _scan(roots: Sequence[str | Path], stores: Stores, scope: str | None, trust_stat: bool) -> ScanResult:
+    """Scan with the records at hand: which file owns each id today and, when the stat is
+    trusted, what each indexed file was (a file whose stat is unchanged is not read)."""
+    d = DocumentRow
+    columns = [d.kb_scope, d.doc_id, d.root, d.source_path]
+    if trust_stat:
+        columns += [
+            d.doc_id_derived,
+            d.title,
+            d.breadcrumb,
+            d.language,
+            d.content_hash,
+            d.file_stat,
+            d.status,
+        ]
+        columns += [d.extra_metadata]
+    known: dict[tuple[str, str], str] = {}
+    files: dict[tuple[str, str], KnownFile | None] = {}
     with stores.sql.session() as session:
-        rows = session.execute(select(DocumentRow.kb_scope, DocumentRow.doc_id, DocumentRow.source_path))
-        known = {(r.kb_scope, r.doc_id): r.source_path for r in rows}
+        for r in session.execute(select(*columns)):
+            known[(r.kb_scope, r.doc_id)] = r.source_path
+            if trust_stat and r.file_stat and r.language and r.status == "indexed":
+                key = (r.root, r.source_path)  # two records for one file: read it
+                files[key] = None if key in files else _known_file(r)
     s = stores.settings
     return scan_roots(
         resolve_roots(roots),
@@ -95,6 +128,22 @@ def _scan(roots: Sequence[str | Path], stores: Stores, scope: str | None) -> Sca
         only_scope=scope,
         max_file_bytes=s.max_file_bytes,
         known_paths=known,
+        known_files={k: v for k, v in files.items() if v is not None},
+        keep_bodies=False,
+    )
+
+
+def _known_file(r: Any) -> KnownFile:
+    return KnownFile(
+        r.kb_scope,
+        r.doc_id,
+        r.doc_id_derived,
+        r.title,
+        r.breadcrumb,
+        r.language,
+        r.content_hash,
+        r.file_stat,
+        r.extra_metadata or {},
     )
 
 

@@ -2,19 +2,26 @@
 
 A bad file never stops the scan: it becomes a `Failure` with its path and reason, and the
 paths/ids of failed files are kept so the writer leaves their last good version in place.
+
+A file whose stat (size, mtime, ctime, inode) equals the one recorded when it was indexed is not
+read: its record stands in for it (`KnownFile`), so a no-change run costs a directory walk. The
+scan may drop bodies (`keep_bodies=False`); the writer reads them again batch by batch (`load`),
+so a run never holds the whole corpus's text.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbflow.core.errors import InputError
-from kbflow.ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
+from kbflow.ingest.parsing import DocumentError, ParsedDocument, derived_id_warning, parse_document, read_text
 
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
+RACY_SECONDS = 2.0  # a file changed this recently may change again within its mtime's granularity
 
 
 class RootError(InputError, ValueError):
@@ -51,6 +58,101 @@ class ScanResult:
         if (root, rel_path) in self.failed_paths:
             return True
         return any(r == root and _under(rel_path, d) for r, d in self.failed_dirs)
+
+
+@dataclass(frozen=True)
+class KnownFile:
+    """What an indexed file's record says: enough to stand in for the file while its stat is
+    unchanged."""
+
+    kb_scope: str
+    doc_id: str
+    doc_id_derived: bool
+    title: str
+    breadcrumb: str
+    language: str
+    content_hash: str
+    file_stat: str
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _stat_part(st: os.stat_result) -> str:
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
+def stat_key(st: os.stat_result, scope_declared: bool) -> str | None:
+    """The stat recorded with a document, and whether its scope was declared (an inherited
+    scope depends on the run). None when the file changed too recently to trust its mtime
+    (an edit in the same tick leaves it equal): such a file is read again next run."""
+    now = time.time()
+    if now - st.st_mtime < RACY_SECONDS or now - st.st_ctime < RACY_SECONDS:
+        return None
+    return f"{_stat_part(st)}:{'d' if scope_declared else 'i'}"
+
+
+def _from_record(
+    known: KnownFile, st: os.stat_result, root: str, rel: str, scope: str
+) -> ParsedDocument | None:
+    """The record standing in for an unchanged file, or None when the file must be read."""
+    stat, _, kind = known.file_stat.rpartition(":")
+    declared = kind == "d"
+    if stat != _stat_part(st) or (not declared and scope != known.kb_scope):
+        return None
+    return ParsedDocument(
+        doc_id=known.doc_id,
+        doc_id_derived=known.doc_id_derived,
+        kb_scope=known.kb_scope,
+        title=known.title,
+        breadcrumb=[p for p in known.breadcrumb.split(" > ") if p],
+        keywords=[],
+        language=known.language,
+        body="",
+        content_hash=known.content_hash,
+        rel_path=rel,
+        root=root,
+        extra=dict(known.extra),
+        scope_declared=declared,
+        file_stat=known.file_stat,
+        loaded=False,
+    )
+
+
+def _scan_file(
+    path: Path, root: str, rel: str, scope: str, max_file_bytes: int, known: KnownFile | None, keep_body: bool
+) -> tuple[ParsedDocument, list[str]]:
+    """One file as a document: from its record when its stat is unchanged, else read and parsed."""
+    st = path.stat()
+    if known is not None and st.st_size <= max_file_bytes:
+        stub = _from_record(known, st, root, rel, scope)
+        if stub is not None:
+            return stub, [derived_id_warning(stub.doc_id)] if stub.doc_id_derived else []
+    text, digest = read_text(path, max_file_bytes)
+    doc, warnings = parse_document(text, content_hash=digest, rel_path=rel, root=root, default_scope=scope)
+    doc.file_stat = stat_key(st, doc.scope_declared)
+    if not keep_body:
+        doc.body, doc.loaded = "", False
+    return doc, warnings
+
+
+def load(doc: ParsedDocument, max_file_bytes: int) -> ParsedDocument:
+    """The document with its body, read again for the write. DocumentError when the file is no
+    longer the one the scan saw (its last good version is kept; the next run picks it up)."""
+    if doc.loaded:
+        return doc
+    st = doc.path.stat()
+    text, digest = read_text(doc.path, max_file_bytes)
+    changed = DocumentError(
+        "the file changed during this run; its last good version is kept and the next run indexes it"
+    )
+    if digest != doc.content_hash:
+        raise changed
+    fresh, _ = parse_document(
+        text, content_hash=digest, rel_path=doc.rel_path, root=doc.root, default_scope=doc.kb_scope
+    )
+    if (fresh.doc_id, fresh.kb_scope) != (doc.doc_id, doc.kb_scope):
+        raise changed
+    fresh.file_stat = stat_key(st, fresh.scope_declared)
+    return fresh
 
 
 def normalize_root(root: str | Path) -> str:
@@ -127,10 +229,14 @@ def scan_roots(
     only_scope: str | None = None,
     max_file_bytes: int,
     known_paths: dict[tuple[str, str], str] | None = None,
+    known_files: dict[tuple[str, str], KnownFile] | None = None,
+    keep_bodies: bool = True,
 ) -> ScanResult:
     """Parse every file. `only_scope` restricts the run to one scope (files without kb_scope
     join it; files declaring another scope are skipped). `known_paths` maps (scope, doc_id) to
-    the rel_path already indexed, so a duplicate keeps the file that owns the id today."""
+    the rel_path already indexed, so a duplicate keeps the file that owns the id today.
+    `known_files` maps (root, rel_path) to its record: a file whose stat matches is not read."""
+    known_files = known_files or {}
     result = ScanResult(roots=[str(r) for r in roots])
     scope_default = only_scope or default_scope
     parsed: list[ParsedDocument] = []
@@ -143,9 +249,14 @@ def scan_roots(
         for path in files:
             rel = path.relative_to(root).as_posix()
             try:
-                text, digest = read_text(path, max_file_bytes)
-                doc, warnings = parse_document(
-                    text, content_hash=digest, rel_path=rel, root=str(root), default_scope=scope_default
+                doc, warnings = _scan_file(
+                    path,
+                    str(root),
+                    rel,
+                    scope_default,
+                    max_file_bytes,
+                    known_files.get((str(root), rel)),
+                    keep_bodies,
                 )
             except DocumentError as exc:
                 result.failures.append(Failure(str(path), exc.reason))

@@ -8,7 +8,8 @@ refuses is retried document by document, and only the documents refused again fa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbflow.core.analysis import LexicalConfig
@@ -18,10 +19,91 @@ from kbflow.core.models import ModelChoice
 from kbflow.core.stores import Stores, is_transient
 from kbflow.core.validation import doc_key
 from kbflow.ingest.chunking import Chunk, chunk_markdown
-from kbflow.ingest.parsing import ParsedDocument
+from kbflow.ingest.l0_index import L0Entry, build_l0_entry
+from kbflow.ingest.parsing import DocumentError, ParsedDocument
+from kbflow.ingest.sources import load
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 Encoder = Callable[[list[str]], Any]  # texts -> normalized vectors (an alternative to the local model)
+
+
+@dataclass
+class Written:
+    """What a streamed write leaves for the records, without any text: per written document its
+    chunk count and L0 entry, and the documents the store (or a re-read) refused."""
+
+    docs: list[ParsedDocument] = field(default_factory=list)  # bodies dropped
+    n_chunks: dict[str, int] = field(default_factory=dict)
+    l0: dict[str, L0Entry] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def chunks(self) -> int:
+        return sum(self.n_chunks[d.doc_id] for d in self.docs)
+
+
+BeforeWrite = Callable[[list[ParsedDocument], dict[str, int]], None]
+
+
+def stream_write(
+    stores: Stores,
+    collection: str,
+    docs: Sequence[ParsedDocument],
+    lexical: LexicalConfig,
+    stats: EmbedStats,
+    warnings: list[dict[str, str]],
+    *,
+    model: ModelChoice | None = None,
+    progress: Progress | None = None,
+    encoder: Encoder | None = None,
+    before_write: BeforeWrite | None = None,
+) -> Written:
+    """Read, chunk, embed and write the documents `reindex_batch_chars` of text at a time, so a
+    run holds one batch of text and vectors, never the corpus. `before_write` runs before each
+    batch reaches the store (the incremental run marks its records `writing` there)."""
+    out, total, done = Written(), len(docs), 0
+    for batch in _batches(docs, stores.settings, out.refused):
+        chunks, vectors = embed_documents(stores, batch, stats, None, encoder, model)
+        rows = build_rows(batch, chunks, vectors, lexical, warnings)
+        if before_write:
+            before_write(batch, {d: len(c) for d, c in chunks.items()})
+        refused = write_documents(stores.chunks, collection, rows)
+        out.refused.update(refused)
+        for d in batch:
+            if d.doc_id not in refused:
+                out.n_chunks[d.doc_id] = len(chunks[d.doc_id])
+                out.l0[d.doc_id] = build_l0_entry(d, chunks[d.doc_id])
+                out.docs.append(replace(d, body="", loaded=False))  # records need no text
+        done += len(batch)
+        if progress:
+            progress("embed", done, total)
+            progress("write", done, total)
+    return out
+
+
+def _batches(
+    docs: Sequence[ParsedDocument], settings: Any, refused: dict[str, str]
+) -> Iterator[list[ParsedDocument]]:
+    """Documents with their bodies, a batch of about `reindex_batch_chars` at a time. A file
+    that cannot be read again, or changed since the scan, is refused alone."""
+    batch: list[ParsedDocument] = []
+    size = 0
+    for doc in docs:
+        try:
+            loaded = load(doc, settings.max_file_bytes)
+        except DocumentError as exc:
+            refused[doc.doc_id] = exc.reason
+            continue
+        except OSError as exc:
+            refused[doc.doc_id] = f"cannot read file: {exc.strerror or exc}"
+            continue
+        batch.append(loaded)
+        size += len(loaded.body)
+        if size >= settings.reindex_batch_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def embed_documents(

@@ -143,7 +143,8 @@ def _in_process(args: argparse.Namespace, settings: Any, err: Any) -> Any:
 
         def progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                tasks[stage] = bar.add_task(stage if stage == "rebuild" else f"{stage} chunks", total=total)
+                label = stage if stage == "rebuild" else f"{stage} documents"
+                tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
         return reindex(args.paths, progress=progress, **kwargs)
