@@ -52,8 +52,6 @@ def mark_writing(
         )
         row.status, row.file_stat = "writing", None
         row.chunk_count = max(row.chunk_count, n_chunks[doc.doc_id])
-    session.flush()
-    session.expunge_all()
 
 
 def finish_records(session: Session, plan: ScopePlan, written: Written, p_hash: str) -> None:

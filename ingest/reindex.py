@@ -44,20 +44,8 @@ from kbflow.ingest.summary import ReindexSummary, ScopeSummary
 from kbflow.ingest.writing import Progress
 
 __all__ = [
-    "ReindexRun",
-    "ReindexSummary",
-    "ScopeConfigMismatch",
-    "ScopeSummary",
-    "apply_plan",
-    "choose_analyzer",
-    "finish",
-    "lexical_config",
-    "locked",
-    "pipeline_hash",
-    "plan",
-    "reindex",
-    "settle",
-    "start",
+    "ReindexRun", "ReindexSummary", "ScopeConfigMismatch", "ScopeSummary", "apply_plan", "choose_analyzer",
+    "finish", "lexical_config", "locked", "pipeline_hash", "plan", "reindex", "settle", "start",
 ]
 
 
@@ -103,16 +91,8 @@ def _scan(roots: Sequence[str | Path], stores: Stores, scope: str | None, trust_
     d = DocumentRow
     columns = [d.kb_scope, d.doc_id, d.root, d.source_path]
     if trust_stat:
-        columns += [
-            d.doc_id_derived,
-            d.title,
-            d.breadcrumb,
-            d.language,
-            d.content_hash,
-            d.file_stat,
-            d.status,
-        ]
-        columns += [d.extra_metadata]
+        columns += [d.doc_id_derived, d.title, d.breadcrumb, d.language, d.content_hash, d.file_stat]
+        columns += [d.status, d.extra_metadata]
     known: dict[tuple[str, str], str] = {}
     files: dict[tuple[str, str], KnownFile | None] = {}
     with stores.sql.session() as session:

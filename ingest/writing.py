@@ -16,6 +16,7 @@ from kbflow.core.analysis import LexicalConfig
 from kbflow.core.chunk_store import FIELD_MAX_BYTES, TEXT_MAX_BYTES, WRITE_BATCH, ChunkRow, ChunkStore
 from kbflow.core.embedder import EmbedStats
 from kbflow.core.models import ModelChoice
+from kbflow.core.settings import Settings
 from kbflow.core.stores import Stores, is_transient
 from kbflow.core.validation import doc_key
 from kbflow.ingest.chunking import Chunk, chunk_markdown
@@ -63,7 +64,7 @@ def stream_write(
     batch reaches the store (the incremental run marks its records `writing` there)."""
     out, total, done = Written(), len(docs), 0
     for batch in _batches(docs, stores.settings, out.refused):
-        chunks, vectors = embed_documents(stores, batch, stats, None, encoder, model)
+        chunks, vectors = embed_documents(stores, batch, stats, encoder, model)
         rows = build_rows(batch, chunks, vectors, lexical, warnings)
         if before_write:
             before_write(batch, {d: len(c) for d, c in chunks.items()})
@@ -82,7 +83,7 @@ def stream_write(
 
 
 def _batches(
-    docs: Sequence[ParsedDocument], settings: Any, refused: dict[str, str]
+    docs: Sequence[ParsedDocument], settings: Settings, refused: dict[str, str]
 ) -> Iterator[list[ParsedDocument]]:
     """Documents with their bodies, a batch of about `reindex_batch_chars` at a time. A file
     that cannot be read again, or changed since the scan, is refused alone."""
@@ -110,7 +111,6 @@ def embed_documents(
     stores: Stores,
     docs: Sequence[ParsedDocument],
     stats: EmbedStats,
-    progress: Progress | None = None,
     encoder: Encoder | None = None,
     model: ModelChoice | None = None,
 ) -> tuple[dict[str, list[Chunk]], dict[str, Any]]:
@@ -120,15 +120,7 @@ def embed_documents(
     s = stores.settings
     chunks = {d.doc_id: chunk_markdown(d.body, s.chunk_max_chars, s.chunk_overlap_chars) for d in docs}
     texts = [c.text for d in docs for c in chunks[d.doc_id]]
-    total, done = len(texts), 0
-
-    def on_batch(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress("embed", done, total)
-
-    vectors = embed_texts(stores, texts, stats, on_batch, encoder, model) if texts else []
+    vectors = embed_texts(stores, texts, stats, None, encoder, model) if texts else []
     by_doc, i = {}, 0
     for d in docs:
         n = len(chunks[d.doc_id])
@@ -223,22 +215,17 @@ def write_documents(
     store: ChunkStore,
     collection: str,
     rows_by_doc: dict[str, list[ChunkRow]],
-    progress: Progress | None = None,
 ) -> dict[str, str]:
     """Upsert every document's rows in batches; returns {doc_id: reason} for the documents the
     store refused even on their own. A transient error (connection, timeout) is raised, so the
     caller's retry converges."""
     refused: dict[str, str] = {}
     batch: list[str] = []
-    size, done, total = 0, 0, sum(len(r) for r in rows_by_doc.values())
+    size = 0
 
     def flush() -> None:
-        nonlocal done
         if batch:
             refused.update(_upsert_batch(store, collection, {d: rows_by_doc[d] for d in batch}))
-            done += sum(len(rows_by_doc[d]) for d in batch)
-            if progress:
-                progress("write", done, total)
             batch.clear()
 
     for doc_id, rows in rows_by_doc.items():
