@@ -17,7 +17,14 @@ def summary_rows(summary: ReindexSummary) -> list[tuple[str, str]]:
         ("chunks embedded", str(summary.chunks_embedded)),
         ("embedding cache hits", str(summary.cache_hits)),
         ("seconds", f"{summary.seconds:.1f}"),
+        *([("where the time went", _stages(summary.stage_seconds))] if summary.stage_seconds else []),
     ]
+
+
+def _stages(seconds: dict[str, float], top: int = 5) -> str:
+    """The largest stages first, e.g. `embed 41.2 s · store_insert 3.0 s · read 1.1 s`."""
+    ranked = sorted(seconds.items(), key=lambda kv: -kv[1])[:top]
+    return " · ".join(f"{name} {s:.1f} s" for name, s in ranked)
 
 
 def summary_markdown(summary: ReindexSummary) -> str:

@@ -25,6 +25,7 @@ from prefect.states import Completed, Failed, State
 from kbflow.core.models import ModelChoice
 from kbflow.core.settings import Settings
 from kbflow.core.stores import Stores, is_transient, keep_home_backend, open_stores
+from kbflow.core.timing import stage_clock
 from kbflow.flows.common import summary_markdown
 from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.reindex import (
@@ -169,10 +170,11 @@ def _reindex(
     settings: dict | None = None,
 ) -> State:
     values = {**(settings or {}), **({"home": home} if home else {})}
-    stores = keep_home_backend(open_stores(Settings(**values)))
-    run = scan_task(roots, scope, full, stores, allow_mass_delete)
-    _run_scopes(run, parallel)
-    summary = finish(run)
+    with stage_clock():
+        stores = keep_home_backend(open_stores(Settings(**values)))
+        run = scan_task(roots, scope, full, stores, allow_mass_delete)
+        _run_scopes(run, parallel)
+        summary = finish(run)
     create_markdown_artifact(
         key="reindex-summary", markdown=summary_markdown(summary), description="kbflow reindex summary"
     )

@@ -14,6 +14,7 @@ from kbflow.core.embedder import EmbedStats
 from kbflow.core.models import ModelChoice
 from kbflow.core.sql import ScopeRow, utcnow
 from kbflow.core.stores import Stores
+from kbflow.core.timing import stage
 from kbflow.ingest.parsing import ParsedDocument
 from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.rebuild import rebuild
@@ -69,15 +70,17 @@ def apply_incremental(
     )
     p_hash, stats = pipeline_hash(s, model_id), EmbedStats()
     if plan.to_write or plan.stale:
-        store.load(alias)
+        with stage("store_load"):
+            store.load(alias)
     written = _write(stores, plan, alias, lexical, stats, summary.warnings, p_hash, progress, encoder, model)
     plan.refuse(written.refused)
     summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
     summary.chunks_written = written.chunks
-    _delete_leftovers(stores, plan, alias, written.n_chunks)
-    if written.docs or plan.stale:
-        store.flush(target)
-    with stores.sql.session() as session, session.begin():
+    with stage("store_delete_flush"):
+        _delete_leftovers(stores, plan, alias, written.n_chunks)
+        if written.docs or plan.stale:
+            store.flush(target)
+    with stage("sql_and_l0"), stores.sql.session() as session, session.begin():
         finish_records(session, plan, written, p_hash)
         if scope_row.physical_collection != target:
             upsert_scope_row(

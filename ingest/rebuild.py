@@ -15,6 +15,7 @@ from kbflow.core.embedder import EmbedStats
 from kbflow.core.models import ModelChoice
 from kbflow.core.sql import ScopeRow
 from kbflow.core.stores import Stores
+from kbflow.core.timing import stage
 from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.records import finish_records, upsert_scope_row
 from kbflow.ingest.scope_config import choose_analyzer, lexical_config, pipeline_hash
@@ -37,7 +38,8 @@ def rebuild(
     model = plan.model or ModelChoice(s.embedding_model, s.embedding_backend)
     embedder = stores.embedder_for(model)
     physical = new_physical_name(alias)
-    store.create_collection(physical, embedder.dim, lexical.tokenizer(analyzer))
+    with stage("store_create"):
+        store.create_collection(physical, embedder.dim, lexical.tokenizer(analyzer))
     _report(progress, 1)  # new collection created, nothing served from it yet
     try:
         stats = EmbedStats()
@@ -56,26 +58,30 @@ def rebuild(
         summary.chunks_written = written.chunks
         carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
         if carried and old_target is not None:
-            store.load(old_target)  # a collection not searched since a restart is released
-            copied = relex(store.read_docs(old_target, scope, carried), lexical)
-            if scope_row is not None and scope_row.model_id != model.model_id:
-                _reembed(stores, copied, model, stats, encoder)
-            store.upsert(physical, copied)
+            with stage("store_copy_kept"):
+                store.load(old_target)  # a collection not searched since a restart is released
+                copied = relex(store.read_docs(old_target, scope, carried), lexical)
+                if scope_row is not None and scope_row.model_id != model.model_id:
+                    _reembed(stores, copied, model, stats, encoder)
+                store.upsert(physical, copied)
             summary.chunks_copied = len(copied)
         summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
-        store.flush(physical)
-        store.load(physical)
+        with stage("store_flush_load"):
+            store.flush(physical)
+            store.load(physical)
     except BaseException:
         store.drop_collection(physical)  # the alias never pointed here: nothing served is lost
         raise
-    store.point_alias(alias, physical)
+    with stage("alias_swap"):
+        store.point_alias(alias, physical)
     _report(progress, 2)  # the alias serves the new collection
-    with stores.sql.session() as session, session.begin():
+    with stage("sql_and_l0"), stores.sql.session() as session, session.begin():
         finish_records(session, plan, written, pipeline_hash(s, model.model_id))
         upsert_scope_row(
             session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version
         )
-    store.drop_unaliased(alias, physical)
+    with stage("alias_swap"):
+        store.drop_unaliased(alias, physical)
     _report(progress, 3)  # the old collection is dropped
     summary.physical_collection = physical
     count_plan(summary, plan, full=True)

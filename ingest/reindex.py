@@ -26,6 +26,7 @@ from sqlalchemy import select
 from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
 from kbflow.core.stores import Stores, keep_home_backend, open_stores
+from kbflow.core.timing import current_clock, stage, stage_clock
 from kbflow.core.validation import validate_scope
 from kbflow.ingest.apply import apply_plan
 from kbflow.ingest.locks import ScopeLocks, scope_locks
@@ -75,8 +76,10 @@ def start(
     started = time.time()
     if scope is not None:
         validate_scope(scope)
-    stores = keep_home_backend(stores or open_stores(settings or Settings()))
-    scan = _scan(roots, stores, scope, trust_stat=not full and stores.settings.trust_file_stat)
+    with stage("open_stores"):
+        stores = keep_home_backend(stores or open_stores(settings or Settings()))
+    with stage("scan"):
+        scan = _scan(roots, stores, scope, trust_stat=not full and stores.settings.trust_file_stat)
     scan.allow_mass_delete = allow_mass_delete
     summary = ReindexSummary(mode="full" if full else "incremental", roots=scan.roots, kb_scope=scope)
     summary.skipped_other_scope = scan.skipped_other_scope
@@ -142,6 +145,11 @@ def _scopes_to_visit(stores: Stores, scan: ScanResult, scope: str | None) -> lis
 def plan(stores: Stores, scope: str, scan: ScanResult, full: bool = False) -> ScopePlan:
     """The scope's plan against its records, read afresh (so a retry sees what is stored), with
     the model the scope is built with in this run (`scope_model`)."""
+    with stage("plan"):
+        return _plan(stores, scope, scan, full)
+
+
+def _plan(stores: Stores, scope: str, scan: ScanResult, full: bool) -> ScopePlan:
     with stores.sql.session() as session:
         records = read_records(session, scope)
         row = session.get(ScopeRow, scope)
@@ -184,6 +192,8 @@ def finish(run: ReindexRun) -> ReindexSummary:
     summary.failed = [f.to_dict() for f in run.failures]
     summary.warnings = [w.to_dict() for w in run.scan.warnings] + summary.warnings
     summary.seconds = time.time() - run.started
+    clock = current_clock()
+    summary.stage_seconds = clock.rounded() if clock else {}
     with run.stores.sql.session() as session, session.begin():
         session.add(
             ReindexRunRow(
@@ -231,17 +241,24 @@ def reindex(
     wait_seconds: float = 0.0,
     allow_mass_delete: bool = False,
 ) -> ReindexSummary:
-    """Index Markdown under `roots`. Never raises for a bad document: see `summary.failed`."""
-    run = start(
-        roots, scope=scope, full=full, settings=settings, stores=stores, allow_mass_delete=allow_mass_delete
-    )
+    """Index Markdown under `roots`. Never raises for a bad document: see `summary.failed`;
+    `summary.stage_seconds` says where the time went."""
+    with stage_clock():
+        run = start(
+            roots, scope=scope, full=full, settings=settings, stores=stores,
+            allow_mass_delete=allow_mass_delete,
+        )
+        _apply_all(run, progress, wait_seconds)
+        return finish(run)
+
+
+def _apply_all(run: ReindexRun, progress: Progress | None, wait_seconds: float) -> None:
     with locked(run, progress, wait_seconds) as report:
         for sc in run.scopes:
             try:
                 outcome: tuple[ScopeSummary, list[Failure]] | Exception = apply_plan(
-                    run.stores, plan(run.stores, sc, run.scan, full), full=full, progress=report
+                    run.stores, plan(run.stores, sc, run.scan, run.full), full=run.full, progress=report
                 )
             except Exception as exc:  # a store error: reported, the other scopes go on
                 outcome = exc
             settle(run, sc, outcome)
-    return finish(run)

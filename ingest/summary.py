@@ -47,6 +47,7 @@ class ReindexSummary(Counts):
     removed_docs: list[dict[str, str]] = field(default_factory=list)
     skipped_other_scope: int = 0
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # where the time went
     scopes: dict[str, ScopeSummary] = field(default_factory=dict)
 
     @property

@@ -18,6 +18,7 @@ from kbflow.core.embedder import EmbedStats
 from kbflow.core.models import ModelChoice
 from kbflow.core.settings import Settings
 from kbflow.core.stores import Stores, is_transient
+from kbflow.core.timing import stage
 from kbflow.core.validation import doc_key
 from kbflow.ingest.chunking import Chunk, chunk_markdown
 from kbflow.ingest.l0_index import L0Entry, build_l0_entry
@@ -65,16 +66,20 @@ def stream_write(
     out, total, done = Written(), len(docs), 0
     for batch in _batches(docs, stores.settings, out.refused):
         chunks, vectors = embed_documents(stores, batch, stats, encoder, model)
-        rows = build_rows(batch, chunks, vectors, lexical, warnings)
+        with stage("chunk"):
+            rows = build_rows(batch, chunks, vectors, lexical, warnings)
         if before_write:
-            before_write(batch, {d: len(c) for d, c in chunks.items()})
-        refused = write_documents(stores.chunks, collection, rows)
+            with stage("sql_and_l0"):
+                before_write(batch, {d: len(c) for d, c in chunks.items()})
+        with stage("store_insert"):
+            refused = write_documents(stores.chunks, collection, rows)
         out.refused.update(refused)
-        for d in batch:
-            if d.doc_id not in refused:
-                out.n_chunks[d.doc_id] = len(chunks[d.doc_id])
-                out.l0[d.doc_id] = build_l0_entry(d, chunks[d.doc_id])
-                out.docs.append(replace(d, body="", loaded=False))  # records need no text
+        with stage("sql_and_l0"):
+            for d in batch:
+                if d.doc_id not in refused:
+                    out.n_chunks[d.doc_id] = len(chunks[d.doc_id])
+                    out.l0[d.doc_id] = build_l0_entry(d, chunks[d.doc_id])
+                    out.docs.append(replace(d, body="", loaded=False))  # records need no text
         done += len(batch)
         if progress:
             progress("embed", done, total)
@@ -91,7 +96,8 @@ def _batches(
     size = 0
     for doc in docs:
         try:
-            loaded = load(doc, settings.max_file_bytes)
+            with stage("read"):
+                loaded = load(doc, settings.max_file_bytes)
         except DocumentError as exc:
             refused[doc.doc_id] = exc.reason
             continue
@@ -118,9 +124,11 @@ def embed_documents(
     (default: the settings' one): (chunks, vectors) by doc_id. The model loads only when some
     chunk is not in the cache under its id."""
     s = stores.settings
-    chunks = {d.doc_id: chunk_markdown(d.body, s.chunk_max_chars, s.chunk_overlap_chars) for d in docs}
+    with stage("chunk"):
+        chunks = {d.doc_id: chunk_markdown(d.body, s.chunk_max_chars, s.chunk_overlap_chars) for d in docs}
     texts = [c.text for d in docs for c in chunks[d.doc_id]]
-    vectors = embed_texts(stores, texts, stats, None, encoder, model) if texts else []
+    with stage("embed"):
+        vectors = embed_texts(stores, texts, stats, None, encoder, model) if texts else []
     by_doc, i = {}, 0
     for d in docs:
         n = len(chunks[d.doc_id])

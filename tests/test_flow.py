@@ -28,6 +28,8 @@ def test_flow_completes_and_publishes_summary(tmp_path, harness):
     write_doc(docs, "b.md", source="doc-b", scope="flow", body="# B\n\n## S\n\nBeta text.\n")
     ok, summary = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))
     assert ok and summary["added"] == 2 and summary["failed"] == []
+    # tasks run in their own threads: their stages still reach the flow's summary
+    assert {"scan", "plan", "embed", "store_insert", "sql_and_l0"} <= set(summary["stage_seconds"])
     ok, again = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))
     assert ok and again["unchanged"] == 2 and again["chunks_embedded"] == 0
 
@@ -35,6 +37,7 @@ def test_flow_completes_and_publishes_summary(tmp_path, harness):
 
     artifacts = asyncio.run(_artifact("reindex-summary"))
     assert any("| documents unchanged | 2 |" in a.data for a in artifacts)
+    assert all("| where the time went | " in a.data for a in artifacts)
 
     (docs / "b.md").unlink()
     ok, removed = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))

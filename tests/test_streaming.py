@@ -58,11 +58,17 @@ def test_unchanged_files_are_not_read(tmp_path, counted_reads):
     settings = Settings(home=tmp_path / "home")
     docs = tmp_path / "docs"
     corpus(docs, 3)
-    assert reindex([docs], settings=settings).added == 3
+    first = reindex([docs], settings=settings)
+    assert first.added == 3
+    # the summary says where the time went, stage by stage
+    for name in ("open_stores", "scan", "plan", "read", "chunk", "embed", "store_insert", "sql_and_l0"):
+        assert first.stage_seconds[name] > 0, name
+    assert sum(first.stage_seconds.values()) <= first.seconds * 1.05
     counted_reads.clear()
 
     again = reindex([docs], settings=settings)
     assert again.ok and again.unchanged == 3 and counted_reads == []  # a no-change run reads nothing
+    assert "scan" in again.stage_seconds and not {"read", "embed", "store_insert"} & set(again.stage_seconds)
 
     (docs / "d00001.md").write_text((docs / "d00001.md").read_text().replace("replica", "primary"))
     edited = reindex([docs], settings=settings)
