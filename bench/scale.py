@@ -24,7 +24,9 @@ time, lookups, RSS), the full reindex split by stage, a raw Milvus insert and se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import http.client
 import json
 import os
 import random
@@ -38,12 +40,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 REPO = Path(__file__).resolve().parent.parent
 CACM = REPO.parent / "shared" / "data" / "cacm" / "beir" / "corpus.jsonl"
 CHUNKS_PER_DOC = 4.4  # measured on the generated corpus (948 chunks from 217 documents)
 DIM = 384
+MEM_LIMIT_MB = psutil.virtual_memory().total / 2**20 * 0.8  # --mem-limit-mb
 
 
 def vocabulary(limit: int = 5000) -> list[str]:
@@ -114,28 +119,75 @@ def raw_walk(root: Path) -> float:
     return time.perf_counter() - started
 
 
-def child_reindex(root: str, home: str) -> None:
-    """In a child process: reindex with fake embeddings; print seconds, chunks and peak RSS."""
+class OutOfMemory(RuntimeError):
+    """A measured process passed --mem-limit-mb: it was stopped there, cleanly."""
+
+
+def _tree_rss_mb(proc: psutil.Process) -> float:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total / 2**20
+
+
+def child(kind: str, *args: str) -> dict:
+    """Run `kind` in a child process (fake embeddings there too), watching the resident memory
+    of its process tree: past the limit it is killed and OutOfMemory names the figure."""
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", kind, *args], stdout=out, stderr=err, env=env
+        )
+        watched, peak = psutil.Process(proc.pid), 0.0
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                peak = max(peak, _tree_rss_mb(watched))
+            if peak > MEM_LIMIT_MB:
+                for p in [*watched.children(recursive=True), watched]:
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+                proc.wait()
+                raise OutOfMemory(f"{kind}: resident memory passed {MEM_LIMIT_MB:,.0f} MB; stopped")
+            time.sleep(0.2)
+        out.seek(0), err.seek(0)
+        text = out.read().decode()
+        assert proc.returncode == 0, err.read().decode()[-3000:]
+    result = json.loads(text.strip().splitlines()[-1])
+    result["tree_peak_rss_mb"] = round(peak)
+    return result
+
+
+def child_main(kind: str, *args: str) -> None:
     fake_embeddings()
+    if kind == "reindex":
+        child_reindex(*args)
+    elif kind == "lookups":
+        print(json.dumps(lookups(Path(args[0]), vocabulary())))
+    elif kind == "raw":
+        print(json.dumps(raw_milvus(Path(args[0]), int(args[1]))))
+    elif kind == "serve":
+        from kbflow.flows.cli import main as cli_main
+
+        os.environ["KBFLOW_HOME"] = args[0]
+        sys.exit(cli_main(["serve", "--port", args[1]]))
+
+
+def child_reindex(root: str, home: str, full: str = "") -> None:
+    """Reindex with fake embeddings; print seconds, chunks, peak RSS and seconds per stage."""
     from kbflow.core.settings import Settings
     from kbflow.ingest.reindex import reindex
 
     started = time.perf_counter()
-    summary = reindex([root], settings=Settings(home=home))
+    summary = reindex([root], settings=Settings(home=home), full=bool(full))
     seconds = time.perf_counter() - started
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(
-        json.dumps({"seconds": seconds, "ok": summary.ok, "written": summary.chunks_written, "rss_mb": rss})
-    )
+    out = {"seconds": seconds, "ok": summary.ok, "written": summary.chunks_written, "rss_mb": rss}
+    print(json.dumps({**out, "stages": summary.stage_seconds}))
 
 
-def reindex_run(root: Path, home: Path) -> dict:
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(root), str(home)], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def reindex_run(root: Path, home: Path, full: bool = False) -> dict:
+    return child("reindex", str(root), str(home), "full" if full else "")
 
 
 def cli_seconds(*args: str, home: Path) -> float:
@@ -151,30 +203,118 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def lookups(home: Path, words: list[str], n: int = 60) -> dict[str, float]:
-    """p50/p95 per mode, in this process (fake query embeddings too), after a warm-up."""
-    fake_embeddings()
+def queries(words: list[str], n: int = 60) -> list[str]:
+    rng = random.Random(3)
+    return [" ".join(rng.sample(words[:2000], 5)) for _ in range(n)]
+
+
+def lookups(home: Path, words: list[str]) -> dict[str, float]:
+    """p50/p95 per mode through the Python API (fake query embeddings too), after a warm-up."""
     from kbflow.core.settings import Settings
-    from kbflow.core.stores import close_all
     from kbflow.retrieval.lookup import get_retriever
 
     retriever = get_retriever(Settings(home=home))
-    rng = random.Random(3)
-    queries = [" ".join(rng.sample(words[:2000], 5)) for _ in range(n)]
-    out = {}
+    qs, out = queries(words), {}
     for mode in ("dense", "bm25", "hybrid"):
-        retriever.lookup(queries[0], kb_scope="scale", mode=mode)
+        retriever.lookup(qs[0], kb_scope="scale", mode=mode)
         times = []
-        for q in queries:
+        for q in qs:
             started = time.perf_counter()
             retriever.lookup(q, kb_scope="scale", mode=mode)
             times.append((time.perf_counter() - started) * 1000)
         out[f"{mode}_p50_ms"], out[f"{mode}_p95_ms"] = round(pct(times, 50), 1), round(pct(times, 95), 1)
-    close_all()
-    from kbflow.retrieval.lookup import reset_retrievers
-
-    reset_retrievers()
     return out
+
+
+def serve_run(home: Path, words: list[str]) -> dict[str, float]:
+    """`kbflow serve` (fake query embeddings): seconds until /healthz answers, hybrid p50/p95
+    over HTTP from one keep-alive client, and the peak RSS of the service with its Milvus child."""
+    from kbflow.flows.serve import free_port
+
+    port = free_port()
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", "serve", str(home), str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    watched, peak = psutil.Process(proc.pid), 0.0
+    try:
+        ready = _wait_healthy(port, proc, started)
+        conn, times = http.client.HTTPConnection("127.0.0.1", port, timeout=120), []
+        for i, q in enumerate(queries(words)):
+            body = json.dumps({"query": q, "kb_scope": "scale", "mode": "hybrid"})
+            t = time.perf_counter()
+            conn.request("POST", "/v1/lookup", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200, resp.status
+            if i:  # the first is the warm-up
+                times.append((time.perf_counter() - t) * 1000)
+            peak = max(peak, _tree_rss_mb(watched))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return {
+        "serve_ready_s": round(ready, 1),
+        "serve_hybrid_p50_ms": round(pct(times, 50), 1),
+        "serve_hybrid_p95_ms": round(pct(times, 95), 1),
+        "serve_rss_mb": round(peak),
+    }
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen, started: float) -> float:
+    while time.perf_counter() - started < 600:
+        assert proc.poll() is None, "kbflow serve exited before it was ready"
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return time.perf_counter() - started
+        time.sleep(0.2)
+    raise RuntimeError("kbflow serve did not answer /healthz within 600 s")
+
+
+def raw_milvus(path: Path, n: int) -> dict[str, float]:
+    """The floor beside kbflow's figures: pymilvus alone on a fresh Milvus Lite file, the same
+    number of 384-d vectors under the same HNSW index, inserted in 1,000s, then 60 searches."""
+    import numpy as np
+    from pymilvus import DataType, MilvusClient
+
+    client = MilvusClient(str(path))
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=DIM)
+    index = client.prepare_index_params()
+    index.add_index("dense", index_type="HNSW", metric_type="L2", params={"M": 16, "efConstruction": 200})
+    client.create_collection("raw", schema=schema, index_params=index)
+    rng = np.random.default_rng(5)
+    started = time.perf_counter()
+    for lo in range(0, n, 1000):
+        v = rng.standard_normal((min(1000, n - lo), DIM)).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        client.insert("raw", [{"id": lo + i, "dense": row.tolist()} for i, row in enumerate(v)])
+    client.flush("raw")
+    insert = time.perf_counter() - started
+    client.load_collection("raw")
+    times = []
+    for q in rng.standard_normal((61, DIM)).astype(np.float32):
+        t = time.perf_counter()
+        client.search(
+            "raw", [q.tolist()], limit=10, search_params={"metric_type": "L2", "params": {"ef": 64}}
+        )
+        times.append((time.perf_counter() - t) * 1000)
+    times = times[1:]
+    client.close()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "raw_insert_s": round(insert, 1),
+        "raw_dense_p50_ms": round(pct(times, 50), 1),
+        "raw_dense_p95_ms": round(pct(times, 95), 1),
+        "raw_rss_mb": round(rss),
+    }
 
 
 def size_of(path: Path) -> float:
@@ -183,7 +323,7 @@ def size_of(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
 
 
-def measure(chunks: int, work: Path, words: list[str]) -> dict:
+def measure(chunks: int, work: Path, words: list[str], swap: bool) -> dict:
     docs = max(1, int(chunks / CHUNKS_PER_DOC))
     root, home = work / f"corpus-{chunks}", work / f"home-{chunks}"
     t = time.perf_counter()
@@ -191,6 +331,7 @@ def measure(chunks: int, work: Path, words: list[str]) -> dict:
     print(f"[{chunks}] {docs} documents written in {time.perf_counter() - t:.0f} s", flush=True)
     full = reindex_run(root, home)
     assert full["ok"], full
+    print(f"[{chunks}] full reindex {full['seconds']:.0f} s, stages {full['stages']}", flush=True)
     same = reindex_run(root, home)
     walk = min(raw_walk(root) for _ in range(3))
     one = root / "cat00" / "doc-0000000.md"
@@ -201,21 +342,36 @@ def measure(chunks: int, work: Path, words: list[str]) -> dict:
         "documents": docs,
         "full_s": round(full["seconds"], 1),
         "full_chunks_per_s": round(full["written"] / full["seconds"]),
-        "full_rss_mb": round(full["rss_mb"]),
+        "full_rss_mb": round(full["tree_peak_rss_mb"]),
+        "full_stage_s": {k: round(v, 1) for k, v in sorted(full["stages"].items(), key=lambda kv: -kv[1])},
         "nochange_s": round(same["seconds"], 2),
-        "nochange_rss_mb": round(same["rss_mb"]),
+        "nochange_rss_mb": round(same["tree_peak_rss_mb"]),
+        "nochange_stage_s": same["stages"],
         "raw_walk_s": round(walk, 3),
         "nochange_over_walk": round(same["seconds"] / walk, 1),
         "onechange_s": round(changed["seconds"], 2),
         "onechange_over_nochange": round(changed["seconds"] / same["seconds"], 2),
-        "status_s": round(cli_seconds("status", home=home), 2),
-        "docs_list_s": round(cli_seconds("docs", "list", "--json", home=home), 2),
-        "milvus_mb": round(size_of(home / "milvus.db"), 1),
-        "sql_mb": round(size_of(home / "kbflow.db"), 1),
-        **lookups(home, words),
     }
     print(f"[{chunks}] " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    looked = child("lookups", str(home))
+    looked["lookup_rss_mb"] = looked.pop("tree_peak_rss_mb")
+    row.update(looked)
+    row.update(serve_run(home, words))
+    if swap:
+        rebuilt = reindex_run(root, home, full=True)
+        row.update(swap_s=round(rebuilt["seconds"], 1), swap_rss_mb=rebuilt["tree_peak_rss_mb"])
+        row["swap_alias_s"] = round(rebuilt["stages"].get("alias_swap", 0.0), 2)
+    row.update(
+        status_s=round(cli_seconds("status", home=home), 2),
+        docs_list_s=round(cli_seconds("docs", "list", "--json", home=home), 2),
+        milvus_mb=round(size_of(home / "milvus.db"), 1),
+        sql_mb=round(size_of(home / "kbflow.db"), 1),
+    )
     shutil.rmtree(root, ignore_errors=True)
+    raw = child("raw", str(work / f"raw-{chunks}.db"), str(row["chunks"]))
+    row.update(raw)
+    shutil.rmtree(work / f"raw-{chunks}.db", ignore_errors=True)
+    print(f"[{chunks}] " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     return row
 
 
@@ -245,27 +401,87 @@ def chart(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+TABLE = (
+    ("full reindex (s)", "full_s"),
+    ("full reindex peak RSS (MB)", "full_rss_mb"),
+    ("no-change reindex (s)", "nochange_s"),
+    ("raw scandir+stat walk (s)", "raw_walk_s"),
+    ("one document changed (s)", "onechange_s"),
+    ("--full with alias swap (s)", "swap_s"),
+    ("dense p50/p95 (ms)", ("dense_p50_ms", "dense_p95_ms")),
+    ("bm25 p50/p95 (ms)", ("bm25_p50_ms", "bm25_p95_ms")),
+    ("hybrid p50/p95 (ms)", ("hybrid_p50_ms", "hybrid_p95_ms")),
+    ("serve: hybrid p50/p95 over HTTP (ms)", ("serve_hybrid_p50_ms", "serve_hybrid_p95_ms")),
+    ("serve: ready (s)", "serve_ready_s"),
+    ("serve: peak RSS (MB)", "serve_rss_mb"),
+    ("status / docs list (s)", ("status_s", "docs_list_s")),
+    ("disk Milvus / SQL (MB)", ("milvus_mb", "sql_mb")),
+    ("raw pymilvus insert (s)", "raw_insert_s"),
+    ("raw pymilvus dense p50/p95 (ms)", ("raw_dense_p50_ms", "raw_dense_p95_ms")),
+)
+
+
+def print_table(rows: list[dict]) -> None:
+    """A Markdown table, one column per size (what the README's Sizing section holds)."""
+
+    def cell(r: dict, key: str | tuple[str, str]) -> str:
+        keys = key if isinstance(key, tuple) else (key,)
+        return " / ".join(f"{r[k]:,}" if k in r else "–" for k in keys)
+
+    print("| | " + " | ".join(f"{r['chunks']:,} chunks ({r['documents']:,} docs)" for r in rows) + " |")
+    print("|---|" + "---:|" * len(rows))
+    for label, key in TABLE:
+        print(f"| {label} | " + " | ".join(cell(r, key) for r in rows) + " |")
+    for r in rows:
+        print(f"full reindex by stage at {r['chunks']:,} chunks (s): {r['full_stage_s']}")
+
+
 def main() -> int:
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        child_reindex(sys.argv[2], sys.argv[3])
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        child_main(*sys.argv[2:])
         return 0
+    global MEM_LIMIT_MB
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000", help="chunk counts to measure")
     ap.add_argument("--max-chunks", type=int, default=100_000, help="skip sizes above this")
     ap.add_argument("--chart", default="scale.png", help="where the log-log chart goes")
+    ap.add_argument(
+        "--swap-max", type=int, default=100_000, help="`--full` with the alias swap up to this size"
+    )
+    ap.add_argument(
+        "--mem-limit-mb",
+        type=float,
+        default=MEM_LIMIT_MB,
+        help="stop a measured process tree past this resident memory (default 80%% of RAM)",
+    )
+    ap.add_argument("--rows", help="a JSON file of rows: earlier sizes are read from it, new ones added")
     args = ap.parse_args()
+    MEM_LIMIT_MB = args.mem_limit_mb
     sizes = [int(s) for s in args.sizes.split(",") if int(s) <= args.max_chunks]
+    saved = json.loads(Path(args.rows).read_text()) if args.rows and Path(args.rows).exists() else []
+    rows = [r for r in saved if r.get("size") not in sizes]
     work = Path(tempfile.mkdtemp(prefix="kbflow-scale-"))
     words = vocabulary()
     # the model is exported once, before anything is timed: RSS and seconds are kbflow's own
     os.environ["KBFLOW_MODELS_DIR"] = str(work / "models")
     reindex_run(write_corpus(work / "warm", 2, words=words), work / "warm-home")
+    stopped = None
     try:
-        rows = [measure(n, work, words) for n in sizes]
+        for n in sizes:
+            try:
+                rows.append({"size": n, **measure(n, work, words, swap=n <= args.swap_max)})
+            except OutOfMemory as exc:
+                stopped = {"size": n, "stopped": str(exc)}
+                print(f"[{n}] STOPPED: {exc}", flush=True)
+                break
+            if args.rows:
+                Path(args.rows).write_text(json.dumps(rows, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    rows.sort(key=lambda r: r["chunks"])
     if len(rows) > 1:
         chart(rows, Path(args.chart))
+    print_table(rows)
     first, last = rows[0], rows[-1]
     growth = last["chunks"] / first["chunks"]
     ratios = {
@@ -277,7 +493,11 @@ def main() -> int:
     }
     out = {
         "bench": "scale",
-        "metrics": {"embeddings": "FAKE (hashed unit vectors): not quality figures", "sizes": rows},
+        "metrics": {
+            "embeddings": "FAKE (hashed unit vectors): not quality figures",
+            "sizes": rows,
+            "stopped": stopped,
+        },
         "ratios": ratios,
         "targets": {
             "nochange_over_walk": "<= 3",

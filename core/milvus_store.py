@@ -94,7 +94,24 @@ def grpc_options(uri: str) -> dict[str, Any]:
     return LITE_GRPC_OPTIONS if loopback else {}
 
 
-def open_client(uri: str, token: str = "") -> MilvusClient:
+def open_client(uri: str, token: str = "", database: str = "") -> MilvusClient:
+    """A client on `database` (empty: the server's default), which is created when absent: one
+    Milvus server can then hold several kbflow installations, each in a database of its own."""
+    client = _connect(uri, token)
+    if database:
+        try:
+            if database not in client.list_databases():
+                client.create_database(database)
+            client.use_database(database)
+        except Exception as exc:  # a server without the privilege, or without databases
+            raise StoreUnavailable(
+                f"cannot use Milvus database '{database}' at {uri}: {exc}. Create it (an admin:"
+                " `create_database`) or leave KBFLOW_MILVUS_DATABASE empty for the default one."
+            ) from exc
+    return client
+
+
+def _connect(uri: str, token: str) -> MilvusClient:
     if not uri.startswith(_REMOTE):
         # Milvus Lite serves in-process and logs every RPC it does not implement (e.g. the
         # AllocTimestamp that index creation probes first) as an error; none of them matter.

@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".kbflow"), description="Directory holding the embedded stores.")
     milvus_uri: str = Field("", description="Milvus URI; empty = Milvus Lite file <home>/milvus.db.")
     milvus_token: str = Field("", description="Milvus token (user:password or API key).")
+    milvus_database: str = Field(
+        "",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,63})?$",
+        description="Milvus database; empty = the server's default. Created when absent.",
+    )
     database_url: str = Field("", description="SQLAlchemy URL; empty = SQLite file <home>/kbflow.db.")
     collection_prefix: str = Field(
         "kbflow",

@@ -65,7 +65,7 @@ class Stores:
 
 
 _lock = threading.Lock()
-_open: dict[tuple[str, str], Stores] = {}
+_open: dict[tuple[str, str, str], Stores] = {}
 
 
 def keep_home_backend(stores: Stores) -> Stores:
@@ -113,7 +113,7 @@ def with_announced_endpoint(settings: Settings) -> Settings:
 def open_stores(settings: Settings) -> Stores:
     """Shared per (milvus uri, database url): a Milvus Lite file may be opened once per process."""
     settings = with_announced_endpoint(settings)
-    key = (settings.resolved_milvus_uri, settings.resolved_database_url)
+    key = (settings.resolved_milvus_uri, settings.milvus_database, settings.resolved_database_url)
     with _lock:
         stores = _open.get(key)
         if stores is None:
@@ -122,7 +122,9 @@ def open_stores(settings: Settings) -> Stores:
             stores = Stores(
                 settings=settings,
                 sql=SqlStore(settings.resolved_database_url),
-                chunks=MilvusChunkStore(open_client(settings.resolved_milvus_uri, settings.milvus_token)),
+                chunks=MilvusChunkStore(
+                    open_client(settings.resolved_milvus_uri, settings.milvus_token, settings.milvus_database)
+                ),
             )
             _open[key] = stores
         elif stores.settings is not settings:

@@ -17,12 +17,12 @@ from kbflow.retrieval.projection import ProjectionLimits
 from kbflow.retrieval.projection import project_for_agent as _project
 
 _lock = threading.Lock()
-_retrievers: dict[tuple[str, str], Retriever] = {}
+_retrievers: dict[tuple[str, str, str], Retriever] = {}
 
 
 def get_retriever(settings: Settings | None = None) -> Retriever:
     settings = with_announced_endpoint(settings or Settings())
-    key = (settings.resolved_milvus_uri, settings.resolved_database_url)
+    key = (settings.resolved_milvus_uri, settings.milvus_database, settings.resolved_database_url)
     with _lock:
         retriever = _retrievers.get(key)
         if retriever is None or retriever.stores.settings != settings:

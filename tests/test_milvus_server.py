@@ -99,3 +99,33 @@ def test_real_ids_moves_and_full_rebuilds_across_roots_through_a_network_milvus(
     (moved / "pool.md").unlink()
     refused = reindex([moved], settings=settings)
     assert not refused.ok and refused.removed == 0  # an emptied root removes nothing
+
+
+def test_two_installations_share_one_server_in_databases_of_their_own(milvus_server, tmp_path):
+    """KBFLOW_MILVUS_DATABASE: each installation's collections live in its own database (created
+    when absent), so the same scope name on one server never mixes their documents."""
+    docs = {}
+    bodies = {"team_a": "The Kafka consumer lag grows.", "team_b": "The Redis cache evicts keys."}
+    for team, body in bodies.items():
+        docs[team] = tmp_path / team
+        text = f"# Runbook\n\n## Symptom\n\n{body}\n"
+        write_doc(docs[team], "a.md", source=f"doc-{team}", scope="ops", body=text)
+    for team in docs:
+        settings = Settings(
+            home=tmp_path / f"home-{team}", milvus_uri=milvus_server, milvus_token=TOKEN, milvus_database=team
+        )
+        assert reindex([docs[team]], settings=settings).added == 1
+
+    client = ms.open_client(milvus_server, TOKEN)
+    assert {"team_a", "team_b"} <= set(client.list_databases())
+    for team, other in (("team_a", "team_b"), ("team_b", "team_a")):
+        settings = Settings(
+            home=tmp_path / f"home-{team}", milvus_uri=milvus_server, milvus_token=TOKEN, milvus_database=team
+        )
+        r = lookup_knowledge("runbook symptom", kb_scope="ops", mode="bm25", settings=settings)
+        ids = {e.doc_id for e in r.evidence}
+        assert f"doc-{team}" in ids and f"doc-{other}" not in ids
+        assert ms.open_client(milvus_server, TOKEN, team).list_collections()  # its collection is there
+
+    with pytest.raises(ValueError, match="milvus_database"):
+        Settings(milvus_database="bad name; drop")

@@ -183,10 +183,12 @@ def status(args: argparse.Namespace, settings: Any) -> int:
     roots, run = root_counts(statuses), last_run(sql)
     if args.json:
         scopes = [s.to_dict() for s in statuses]
-        _dump({"home": str(settings.home), "milvus_uri": uri, "milvus_held": held or None,
-               "scopes": scopes, "roots": roots, "last_run": run})
+        db = settings.milvus_database or None
+        _dump({"home": str(settings.home), "milvus_uri": uri, "milvus_database": db,
+               "milvus_held": held or None, "scopes": scopes, "roots": roots, "last_run": run})
     else:
-        view.print_status(uri, statuses, roots, run, held)
+        where = f"{uri} (database {settings.milvus_database})" if settings.milvus_database else uri
+        view.print_status(where, statuses, roots, run, held)
     return 0
 
 
