@@ -80,7 +80,7 @@ def apply_incremental(
         _delete_leftovers(stores, plan, alias, written.n_chunks)
         if written.docs or plan.stale:
             store.flush(target)
-    with stage("sql_and_l0"), stores.sql.session() as session, session.begin():
+    with stage("sql_records"), stores.sql.session() as session, session.begin():
         finish_records(session, plan, written, p_hash)
         if scope_row.physical_collection != target:
             upsert_scope_row(

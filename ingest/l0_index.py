@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete
+from sqlalchemy import delete, insert
 from sqlalchemy.orm import Session
 
 from kbflow.core.sql import L0EntryRow, L0TermRow
@@ -92,22 +92,24 @@ def build_l0_entry(doc: ParsedDocument, chunks: Sequence[Chunk]) -> L0Entry:
 
 def write_l0(session: Session, entry: L0Entry) -> None:
     """Replace the document's entry and terms (inside the caller's transaction)."""
-    delete_l0(session, entry.kb_scope, [entry.doc_id])
-    session.add(
-        L0EntryRow(
-            kb_scope=entry.kb_scope,
-            doc_id=entry.doc_id,
-            title=entry.title,
-            breadcrumb=entry.breadcrumb,
-            category=entry.category,
-            domains=entry.domains,
-            keywords=entry.keywords,
-            entities=entry.entities,
-        )
-    )
-    session.add_all(
-        L0TermRow(kb_scope=entry.kb_scope, doc_id=entry.doc_id, term=t, kind=k) for t, k in entry.terms()
-    )
+    write_l0_many(session, entry.kb_scope, [entry])
+
+
+def write_l0_many(session: Session, kb_scope: str, entries: Sequence[L0Entry]) -> None:
+    """Replace many documents' entries and terms at once: one delete and one multi-row insert
+    per table (a reindex writes thousands)."""
+    if not entries:
+        return
+    delete_l0(session, kb_scope, [e.doc_id for e in entries])
+    fields = ("kb_scope", "doc_id", "title", "breadcrumb", "category", "domains", "keywords", "entities")
+    session.execute(insert(L0EntryRow), [{f: getattr(e, f) for f in fields} for e in entries])
+    terms = [
+        {"kb_scope": kb_scope, "doc_id": e.doc_id, "term": term, "kind": kind}
+        for e in entries
+        for term, kind in e.terms()
+    ]
+    if terms:
+        session.execute(insert(L0TermRow), terms)
 
 
 def delete_l0(session: Session, kb_scope: str, doc_ids: Sequence[str]) -> None:

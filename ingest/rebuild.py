@@ -75,7 +75,7 @@ def rebuild(
     with stage("alias_swap"):
         store.point_alias(alias, physical)
     _report(progress, 2)  # the alias serves the new collection
-    with stage("sql_and_l0"), stores.sql.session() as session, session.begin():
+    with stage("sql_records"), stores.sql.session() as session, session.begin():
         finish_records(session, plan, written, pipeline_hash(s, model.model_id))
         upsert_scope_row(
             session, scope, alias, physical, analyzer, embedder.model_id, embedder.dim, lexical.version

@@ -4,38 +4,47 @@ after, so a rerun after a crash redoes exactly the interrupted documents."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import delete, update
+from sqlalchemy import delete, insert, update
 from sqlalchemy.orm import Session
 
 from kbflow.core.sql import DocumentRow, ScopeRow, utcnow
-from kbflow.ingest.l0_index import delete_l0, write_l0
+from kbflow.ingest.l0_index import delete_l0, write_l0_many
 from kbflow.ingest.parsing import ParsedDocument
 from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.writing import Written
 
-_EXPUNGE_EVERY = 500  # rows merged before the session lets go of them: memory stays flat
+_BATCH = 500  # records replaced per statement: few round trips, bounded memory
+
+
+def record_values(doc: ParsedDocument, n_chunks: int, p_hash: str, status: str) -> dict[str, Any]:
+    """A document's record as column values (one shape for the ORM and for bulk inserts)."""
+    now = utcnow()
+    return {
+        "kb_scope": doc.kb_scope,
+        "doc_id": doc.doc_id,
+        "root": doc.root,
+        "source_path": doc.rel_path,
+        "title": doc.title,
+        "breadcrumb": doc.breadcrumb_text,
+        "content_hash": doc.content_hash,
+        "pipeline_hash": p_hash,
+        "chunk_count": n_chunks,
+        "status": status,
+        "doc_id_derived": doc.doc_id_derived,
+        "extra_metadata": doc.extra,
+        "last_error": None,
+        "created_at": now,
+        "updated_at": now,
+        "indexed_at": now if status == "indexed" else None,
+        "file_stat": doc.file_stat if status == "indexed" else None,
+        "language": doc.language,
+    }
 
 
 def new_record(doc: ParsedDocument, n_chunks: int, p_hash: str, status: str) -> DocumentRow:
-    return DocumentRow(
-        kb_scope=doc.kb_scope,
-        doc_id=doc.doc_id,
-        root=doc.root,
-        source_path=doc.rel_path,
-        title=doc.title,
-        breadcrumb=doc.breadcrumb_text,
-        content_hash=doc.content_hash,
-        pipeline_hash=p_hash,
-        chunk_count=n_chunks,
-        status=status,
-        doc_id_derived=doc.doc_id_derived,
-        extra_metadata=doc.extra,
-        last_error=None,
-        indexed_at=utcnow() if status == "indexed" else None,
-        file_stat=doc.file_stat if status == "indexed" else None,
-        language=doc.language,
-    )
+    return DocumentRow(**record_values(doc, n_chunks, p_hash, status))
 
 
 def mark_writing(
@@ -57,16 +66,19 @@ def mark_writing(
 def finish_records(session: Session, plan: ScopePlan, written: Written, p_hash: str) -> None:
     """After the store is written: written documents `indexed` (with their L0 entry), moved ones
     re-rooted, removed ones deleted, protected ones `error` with the reason."""
-    for i, doc in enumerate(written.docs, 1):
-        row = new_record(doc, written.n_chunks[doc.doc_id], p_hash, "indexed")
-        old = plan.existing.get(doc.doc_id)
-        if old is not None:
-            row.created_at = old.created_at
-        session.merge(row)
-        write_l0(session, written.l0[doc.doc_id])
-        if i % _EXPUNGE_EVERY == 0:
-            session.flush()
-            session.expunge_all()
+    for start in range(0, len(written.docs), _BATCH):
+        part = written.docs[start : start + _BATCH]
+        ids = [d.doc_id for d in part]
+        rows = [record_values(d, written.n_chunks[d.doc_id], p_hash, "indexed") for d in part]
+        for row in rows:
+            old = plan.existing.get(row["doc_id"])
+            row["created_at"] = old.created_at if old is not None else row["created_at"]
+        # replaced in bulk: one delete and one multi-row insert per batch, not a merge per row
+        session.execute(
+            delete(DocumentRow).where(DocumentRow.kb_scope == plan.kb_scope, DocumentRow.doc_id.in_(ids))
+        )
+        session.execute(insert(DocumentRow), rows)
+        write_l0_many(session, plan.kb_scope, [written.l0[i] for i in ids])
     rewritten = set(written.n_chunks)
     for doc in plan.unchanged:
         if doc.doc_id not in rewritten:

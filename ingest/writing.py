@@ -69,12 +69,12 @@ def stream_write(
         with stage("chunk"):
             rows = build_rows(batch, chunks, vectors, lexical, warnings)
         if before_write:
-            with stage("sql_and_l0"):
+            with stage("sql_records"):
                 before_write(batch, {d: len(c) for d, c in chunks.items()})
         with stage("store_insert"):
             refused = write_documents(stores.chunks, collection, rows)
         out.refused.update(refused)
-        with stage("sql_and_l0"):
+        with stage("l0_build"):
             for d in batch:
                 if d.doc_id not in refused:
                     out.n_chunks[d.doc_id] = len(chunks[d.doc_id])
