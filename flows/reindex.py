@@ -259,6 +259,7 @@ def run_reindex_flow(
     dask_address: str | None = None,
     allow_mass_delete: bool = False,
     settings: dict | None = None,
+    dask_workers: int = 2,
 ) -> tuple[bool, dict]:
     """Run the flow and return (ok, summary dict) without raising on a Failed run."""
     kwargs = {"scope": scope, "full": full, "home": home, "allow_mass_delete": allow_mass_delete}
@@ -266,7 +267,7 @@ def run_reindex_flow(
     if task_runner == "dask":
         from prefect_dask import DaskTaskRunner
 
-        with dask_cluster(dask_address) as address:
+        with dask_cluster(dask_address, dask_workers) as address:
             chosen = reindex_parallel_flow.with_options(task_runner=DaskTaskRunner(address=address))
             state = chosen(roots, **kwargs, return_state=True)
     else:

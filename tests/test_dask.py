@@ -4,6 +4,7 @@ sequential run."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kbflow.core import milvus_store as ms
 from kbflow.core.settings import Settings
@@ -70,3 +71,18 @@ def test_dask_embedding_matches_sequential(tmp_path, prefect_harness, monkeypatc
         for key in a:
             assert a[key][1] == b[key][1]
             np.testing.assert_allclose(a[key][0], b[key][0], atol=1e-5)
+
+
+def test_dask_workers_sets_the_local_cluster_size(capsys):
+    from distributed import Client
+
+    from kbflow.flows.cli import build_parser
+    from kbflow.flows.reindex import dask_cluster
+
+    args = build_parser().parse_args(["reindex", "docs", "--task-runner", "dask", "--dask-workers", "1"])
+    assert args.dask_workers == 1
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["reindex", "docs", "--dask-workers", "0"])
+    assert "must be at least 1" in capsys.readouterr().err
+    with dask_cluster(None, 1) as address, Client(address) as client:
+        assert len(client.scheduler_info()["workers"]) == 1

@@ -57,7 +57,14 @@ def add_parsers(sub: Any) -> None:
         help="dask: embed batches on a Dask cluster through Prefect (implies --prefect)",
     )
     p.add_argument(
-        "--dask-address", metavar="ADDR", help="scheduler address; default a local 2-worker cluster"
+        "--dask-address", metavar="ADDR", help="scheduler address; default a local cluster (--dask-workers)"
+    )
+    p.add_argument(
+        "--dask-workers",
+        type=_at_least_one,
+        default=2,
+        metavar="N",
+        help="workers of the local cluster when no --dask-address (one process, one thread each; default 2)",
     )
     p.add_argument(
         "--wait",
@@ -106,6 +113,7 @@ def _through_prefect(args: argparse.Namespace, settings: Any) -> Any:
         str(settings.home),
         args.task_runner,
         args.dask_address,
+        dask_workers=args.dask_workers,
         allow_mass_delete=args.allow_mass_delete,
         settings=flag_settings(args),
     )
@@ -148,3 +156,10 @@ def _in_process(args: argparse.Namespace, settings: Any, err: Any) -> Any:
             bar.update(tasks[stage], completed=done, total=total)
 
         return reindex(args.paths, progress=progress, **kwargs)
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
