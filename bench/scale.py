@@ -6,19 +6,22 @@ these figures are not quality figures. The model's own cost is known apart (benc
 about 50 chunks/s on this machine's two cores); add it on paper: chunks / 50 seconds.
 
 For each size, one corpus is generated (deterministic: the same seed writes the same bytes,
-its vocabulary drawn Zipf-like from the CACM titles and abstracts in ../shared/data/cacm) and:
-  - a full reindex (a child process: wall time, chunks/s, peak RSS);
+its vocabulary drawn Zipf-like from the CACM titles and abstracts in ../shared/data/cacm) and,
+each in a child process whose process tree's resident memory is watched (past --mem-limit-mb,
+default 80 % of RAM, it is stopped and the run says so, cleanly):
+  - a full reindex: wall time, chunks/s, peak RSS, seconds per stage (summary.stage_seconds);
   - a no-change reindex, beside a raw `os.scandir` + `stat` walk of the same tree;
   - a one-document-changed reindex;
   - lookup p50/p95 through the Python API, dense, BM25 and hybrid;
+  - `kbflow serve`: seconds until /healthz answers, hybrid p50/p95 over HTTP, peak RSS;
+  - `--full` with the alias swap (up to --swap-max);
   - `kbflow status` and `kbflow docs list` wall time (CLI processes);
-  - disk use of the Milvus Lite file and of SQLite.
-Then a table, a log-log chart (time and memory against chunks) and one JSON line.
+  - disk use of the Milvus Lite file and of SQLite;
+  - the floor beside them: pymilvus alone inserting and searching as many vectors.
+Then a Markdown table, a log-log chart (time and memory against chunks) and one JSON line.
 
-    python bench/scale.py [--max-chunks 100000] [--sizes 10000,100000] [--chart scale.png]
-
-Not measured yet (issue 24): 1M chunks, `--full` with the alias swap, `kbflow serve` (ready
-time, lookups, RSS), the full reindex split by stage, a raw Milvus insert and search beside it.
+    python bench/scale.py [--sizes 10000,100000] [--max-chunks 100000] [--chart scale.png]
+                          [--swap-max 100000] [--mem-limit-mb N] [--rows rows.json]
 """
 
 from __future__ import annotations
@@ -417,6 +420,8 @@ TABLE = (
     ("status / docs list (s)", ("status_s", "docs_list_s")),
     ("disk Milvus / SQL (MB)", ("milvus_mb", "sql_mb")),
     ("raw pymilvus insert (s)", "raw_insert_s"),
+    ("raw pymilvus insert peak RSS (MB)", "raw_rss_mb"),
+    ("no-change reindex peak RSS (MB)", "nochange_rss_mb"),
     ("raw pymilvus dense p50/p95 (ms)", ("raw_dense_p50_ms", "raw_dense_p95_ms")),
 )
 
