@@ -27,31 +27,27 @@ Then a Markdown table, a log-log chart (time and memory against chunks) and one 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
-import http.client
 import json
 import os
 import random
 import re
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import scale_probes as probes  # noqa: E402
+from bench.scale_probes import OutOfMemory, child, cli_seconds, reindex_run, serve_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CACM = REPO.parent / "shared" / "data" / "cacm" / "beir" / "corpus.jsonl"
 CHUNKS_PER_DOC = 4.4  # measured on the generated corpus (948 chunks from 217 documents)
 DIM = 384
-MEM_LIMIT_MB = psutil.virtual_memory().total / 2**20 * 0.8  # --mem-limit-mb
 
 
 def vocabulary(limit: int = 5000) -> list[str]:
@@ -122,202 +118,20 @@ def raw_walk(root: Path) -> float:
     return time.perf_counter() - started
 
 
-class OutOfMemory(RuntimeError):
-    """A measured process passed --mem-limit-mb: it was stopped there, cleanly."""
-
-
-def _tree_rss_mb(proc: psutil.Process) -> float:
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
-    return total / 2**20
-
-
-def child(kind: str, *args: str) -> dict:
-    """Run `kind` in a child process (fake embeddings there too), watching the resident memory
-    of its process tree: past the limit it is killed and OutOfMemory names the figure."""
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", kind, *args], stdout=out, stderr=err, env=env
-        )
-        watched, peak = psutil.Process(proc.pid), 0.0
-        while proc.poll() is None:
-            with contextlib.suppress(psutil.Error):
-                peak = max(peak, _tree_rss_mb(watched))
-            if peak > MEM_LIMIT_MB:
-                for p in [*watched.children(recursive=True), watched]:
-                    with contextlib.suppress(psutil.Error):
-                        p.kill()
-                proc.wait()
-                raise OutOfMemory(f"{kind}: resident memory passed {MEM_LIMIT_MB:,.0f} MB; stopped")
-            time.sleep(0.2)
-        out.seek(0), err.seek(0)
-        text = out.read().decode()
-        assert proc.returncode == 0, err.read().decode()[-3000:]
-    result = json.loads(text.strip().splitlines()[-1])
-    result["tree_peak_rss_mb"] = round(peak)
-    return result
-
-
 def child_main(kind: str, *args: str) -> None:
+    """In a child process (`--child KIND …`): fake embeddings, then one measurement."""
     fake_embeddings()
     if kind == "reindex":
-        child_reindex(*args)
+        probes.child_reindex(*args)
     elif kind == "lookups":
-        print(json.dumps(lookups(Path(args[0]), vocabulary())))
+        print(json.dumps(probes.lookups(Path(args[0]), vocabulary())))
     elif kind == "raw":
-        print(json.dumps(raw_milvus(Path(args[0]), int(args[1]))))
+        print(json.dumps(probes.raw_milvus(Path(args[0]), int(args[1]))))
     elif kind == "serve":
         from kbflow.flows.cli import main as cli_main
 
         os.environ["KBFLOW_HOME"] = args[0]
         sys.exit(cli_main(["serve", "--port", args[1]]))
-
-
-def child_reindex(root: str, home: str, full: str = "") -> None:
-    """Reindex with fake embeddings; print seconds, chunks, peak RSS and seconds per stage."""
-    from kbflow.core.settings import Settings
-    from kbflow.ingest.reindex import reindex
-
-    started = time.perf_counter()
-    summary = reindex([root], settings=Settings(home=home), full=bool(full))
-    seconds = time.perf_counter() - started
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = {"seconds": seconds, "ok": summary.ok, "written": summary.chunks_written, "rss_mb": rss}
-    print(json.dumps({**out, "stages": summary.stage_seconds}))
-
-
-def reindex_run(root: Path, home: Path, full: bool = False) -> dict:
-    return child("reindex", str(root), str(home), "full" if full else "")
-
-
-def cli_seconds(*args: str, home: Path) -> float:
-    env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kbflow.flows.cli", *args], capture_output=True, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return time.perf_counter() - started
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
-def queries(words: list[str], n: int = 60) -> list[str]:
-    rng = random.Random(3)
-    return [" ".join(rng.sample(words[:2000], 5)) for _ in range(n)]
-
-
-def lookups(home: Path, words: list[str]) -> dict[str, float]:
-    """p50/p95 per mode through the Python API (fake query embeddings too), after a warm-up."""
-    from kbflow.core.settings import Settings
-    from kbflow.retrieval.lookup import get_retriever
-
-    retriever = get_retriever(Settings(home=home))
-    qs, out = queries(words), {}
-    for mode in ("dense", "bm25", "hybrid"):
-        retriever.lookup(qs[0], kb_scope="scale", mode=mode)
-        times = []
-        for q in qs:
-            started = time.perf_counter()
-            retriever.lookup(q, kb_scope="scale", mode=mode)
-            times.append((time.perf_counter() - started) * 1000)
-        out[f"{mode}_p50_ms"], out[f"{mode}_p95_ms"] = round(pct(times, 50), 1), round(pct(times, 95), 1)
-    return out
-
-
-def serve_run(home: Path, words: list[str]) -> dict[str, float]:
-    """`kbflow serve` (fake query embeddings): seconds until /healthz answers, hybrid p50/p95
-    over HTTP from one keep-alive client, and the peak RSS of the service with its Milvus child."""
-    from kbflow.flows.serve import free_port
-
-    port = free_port()
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", "serve", str(home), str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    watched, peak = psutil.Process(proc.pid), 0.0
-    try:
-        ready = _wait_healthy(port, proc, started)
-        conn, times = http.client.HTTPConnection("127.0.0.1", port, timeout=120), []
-        for i, q in enumerate(queries(words)):
-            body = json.dumps({"query": q, "kb_scope": "scale", "mode": "hybrid"})
-            t = time.perf_counter()
-            conn.request("POST", "/v1/lookup", body, {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            resp.read()
-            assert resp.status == 200, resp.status
-            if i:  # the first is the warm-up
-                times.append((time.perf_counter() - t) * 1000)
-            peak = max(peak, _tree_rss_mb(watched))
-    finally:
-        proc.terminate()
-        proc.wait(60)
-    return {
-        "serve_ready_s": round(ready, 1),
-        "serve_hybrid_p50_ms": round(pct(times, 50), 1),
-        "serve_hybrid_p95_ms": round(pct(times, 95), 1),
-        "serve_rss_mb": round(peak),
-    }
-
-
-def _wait_healthy(port: int, proc: subprocess.Popen, started: float) -> float:
-    while time.perf_counter() - started < 600:
-        assert proc.poll() is None, "kbflow serve exited before it was ready"
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
-                return time.perf_counter() - started
-        time.sleep(0.2)
-    raise RuntimeError("kbflow serve did not answer /healthz within 600 s")
-
-
-def raw_milvus(path: Path, n: int) -> dict[str, float]:
-    """The floor beside kbflow's figures: pymilvus alone on a fresh Milvus Lite file, the same
-    number of 384-d vectors under the same HNSW index, inserted in 1,000s, then 60 searches."""
-    import numpy as np
-    from pymilvus import DataType, MilvusClient
-
-    client = MilvusClient(str(path))
-    schema = client.create_schema(auto_id=False)
-    schema.add_field("id", DataType.INT64, is_primary=True)
-    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=DIM)
-    index = client.prepare_index_params()
-    index.add_index("dense", index_type="HNSW", metric_type="L2", params={"M": 16, "efConstruction": 200})
-    client.create_collection("raw", schema=schema, index_params=index)
-    rng = np.random.default_rng(5)
-    started = time.perf_counter()
-    for lo in range(0, n, 1000):
-        v = rng.standard_normal((min(1000, n - lo), DIM)).astype(np.float32)
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        client.insert("raw", [{"id": lo + i, "dense": row.tolist()} for i, row in enumerate(v)])
-    client.flush("raw")
-    insert = time.perf_counter() - started
-    client.load_collection("raw")
-    times = []
-    for q in rng.standard_normal((61, DIM)).astype(np.float32):
-        t = time.perf_counter()
-        client.search(
-            "raw", [q.tolist()], limit=10, search_params={"metric_type": "L2", "params": {"ef": 64}}
-        )
-        times.append((time.perf_counter() - t) * 1000)
-    times = times[1:]
-    client.close()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {
-        "raw_insert_s": round(insert, 1),
-        "raw_dense_p50_ms": round(pct(times, 50), 1),
-        "raw_dense_p95_ms": round(pct(times, 95), 1),
-        "raw_rss_mb": round(rss),
-    }
 
 
 def size_of(path: Path) -> float:
@@ -447,11 +261,7 @@ def print_table(rows: list[dict]) -> None:
         print(f"full reindex by stage at {r['chunks']:,} chunks (s): {r['full_stage_s']}")
 
 
-def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--child":
-        child_main(*sys.argv[2:])
-        return 0
-    global MEM_LIMIT_MB
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000", help="chunk counts to measure")
     ap.add_argument("--max-chunks", type=int, default=100_000, help="skip sizes above this")
@@ -462,12 +272,15 @@ def main() -> int:
     ap.add_argument(
         "--mem-limit-mb",
         type=float,
-        default=MEM_LIMIT_MB,
+        default=probes.MEM_LIMIT_MB,
         help="stop a measured process tree past this resident memory (default 80%% of RAM)",
     )
     ap.add_argument("--rows", help="a JSON file of rows: earlier sizes are read from it, new ones added")
-    args = ap.parse_args()
-    MEM_LIMIT_MB = args.mem_limit_mb
+    return ap.parse_args()
+
+
+def run_sizes(args: argparse.Namespace) -> tuple[list[dict], dict | None]:
+    """Measure each size in turn; a size whose process passes the memory limit ends the run."""
     sizes = [int(s) for s in args.sizes.split(",") if int(s) <= args.max_chunks]
     saved = json.loads(Path(args.rows).read_text()) if args.rows and Path(args.rows).exists() else []
     rows = [r for r in saved if r.get("size") not in sizes]
@@ -489,7 +302,16 @@ def main() -> int:
                 Path(args.rows).write_text(json.dumps(rows, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows.sort(key=lambda r: r["chunks"])
+    return sorted(rows, key=lambda r: r["chunks"]), stopped
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        child_main(*sys.argv[2:])
+        return 0
+    args = parse_args()
+    probes.MEM_LIMIT_MB = args.mem_limit_mb
+    rows, stopped = run_sizes(args)
     if len(rows) > 1:
         chart(rows, Path(args.chart))
     print_table(rows)
@@ -502,23 +324,19 @@ def main() -> int:
         "full_s_growth_over_chunk_growth": round(last["full_s"] / first["full_s"] / growth, 2),
         "reindex_rss_largest_over_smallest": round(last["full_rss_mb"] / first["full_rss_mb"], 2),
     }
-    out = {
-        "bench": "scale",
-        "metrics": {
-            "embeddings": "FAKE (hashed unit vectors): not quality figures",
-            "sizes": rows,
-            "stopped": stopped,
-        },
-        "ratios": ratios,
-        "targets": {
-            "nochange_over_walk": "<= 3",
-            "onechange_over_nochange": "~1",
-            "hybrid_p95_largest_over_smallest": "<= 2",
-            "full_s_growth_over_chunk_growth": "<= 1 (linear)",
-            "reindex_rss_largest_over_smallest": "~1 (flat)",
-        },
+    metrics = {
+        "embeddings": "FAKE (hashed unit vectors): not quality figures",
+        "sizes": rows,
+        "stopped": stopped,
     }
-    print(json.dumps(out))
+    targets = {
+        "nochange_over_walk": "<= 3",
+        "onechange_over_nochange": "~1",
+        "hybrid_p95_largest_over_smallest": "<= 2",
+        "full_s_growth_over_chunk_growth": "<= 1 (linear)",
+        "reindex_rss_largest_over_smallest": "~1 (flat)",
+    }
+    print(json.dumps({"bench": "scale", "metrics": metrics, "ratios": ratios, "targets": targets}))
     return 0
 
 

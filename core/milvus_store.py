@@ -33,6 +33,7 @@ from kbflow.core.errors import StoreError
 from kbflow.core.validation import doc_key, eq, in_list, not_in_list, validate_category, validate_scope
 
 QUERY_BATCH = 1000
+DENSE_INDEX = {"index_type": "HNSW", "metric_type": "L2", "params": {"M": 16, "efConstruction": 200}}
 
 # Parameters accepted by both Milvus Lite and a Milvus server (checked on Lite 3.2.2; the
 # server's standard tokenizer does not lowercase unless told to).
@@ -174,7 +175,7 @@ def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
 
 def create_collection(client: MilvusClient, name: str, dim: int, analyzer: str) -> None:
     index = client.prepare_index_params()
-    index.add_index("dense", index_type="HNSW", metric_type="L2", params={"M": 16, "efConstruction": 200})
+    index.add_index("dense", **DENSE_INDEX)
     index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
     client.create_collection(name, schema=build_schema(client, dim, analyzer), index_params=index)
 
@@ -370,3 +371,14 @@ class MilvusChunkStore:
 
     def close(self) -> None:
         self.client.close()
+
+
+def create_vector_only_collection(client: MilvusClient, name: str, dim: int) -> None:
+    """An id and a dense vector under the index kbflow's collections use, nothing else: the
+    floor `bench/scale.py` measures kbflow's insert and search against."""
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
+    index = client.prepare_index_params()
+    index.add_index("dense", **DENSE_INDEX)
+    client.create_collection(name, schema=schema, index_params=index)

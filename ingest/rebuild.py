@@ -10,6 +10,7 @@ copied is embedded again with the new one (through the cache): a collection neve
 
 from __future__ import annotations
 
+from kbflow.core.analysis import LexicalConfig
 from kbflow.core.chunk_store import ChunkRow, alias_for, new_physical_name
 from kbflow.core.embedder import EmbedStats
 from kbflow.core.models import ModelChoice
@@ -56,15 +57,11 @@ def rebuild(
         )
         plan.refuse(written.refused)
         summary.chunks_written = written.chunks
-        carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
-        if carried and old_target is not None:
+        if old_target is not None:
+            new_model = scope_row is not None and scope_row.model_id != model.model_id
             with stage("store_copy_kept"):
-                store.load(old_target)  # a collection not searched since a restart is released
-                copied = relex(store.read_docs(old_target, scope, carried), lexical)
-                if scope_row is not None and scope_row.model_id != model.model_id:
-                    _reembed(stores, copied, model, stats, encoder)
-                store.upsert(physical, copied)
-            summary.chunks_copied = len(copied)
+                summary.chunks_copied = _copy_kept(stores, plan, old_target, physical, lexical, new_model,
+                                                   (model, stats, encoder))
         summary.chunks_embedded, summary.cache_hits = stats.embedded, stats.cache_hits
         with stage("store_flush_load"):
             store.flush(physical)
@@ -86,6 +83,29 @@ def rebuild(
     summary.physical_collection = physical
     count_plan(summary, plan, full=True)
     return summary
+
+
+def _copy_kept(
+    stores: Stores,
+    plan: ScopePlan,
+    old: str,
+    physical: str,
+    lexical: LexicalConfig,
+    new_model: bool,
+    embedding: tuple[ModelChoice, EmbedStats, Encoder | None],
+) -> int:
+    """Copy what this run does not own (other roots, files that failed this time) from the old
+    collection, re-analysed, and embedded again when the scope changes model. Returns the count."""
+    carried = [r.doc_id for r in plan.keep] + [r.doc_id for r, _ in plan.protected]
+    if not carried:
+        return 0
+    store = stores.chunks
+    store.load(old)  # a collection not searched since a restart is released
+    copied = relex(store.read_docs(old, plan.kb_scope, carried), lexical)
+    if new_model:
+        _reembed(stores, copied, *embedding)
+    store.upsert(physical, copied)
+    return len(copied)
 
 
 def _reembed(

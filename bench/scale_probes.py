@@ -1,0 +1,200 @@
+"""The measuring half of bench/scale.py: each measurement runs in a child process (`scale.py
+--child KIND …`, fake embeddings there too) whose process tree's resident memory is watched."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+SCALE = Path(__file__).with_name("scale.py")
+DIM = 384
+MEM_LIMIT_MB = psutil.virtual_memory().total / 2**20 * 0.8  # scale.py --mem-limit-mb sets it
+
+
+class OutOfMemory(RuntimeError):
+    """A measured process passed --mem-limit-mb: it was stopped there, cleanly."""
+
+
+def _tree_rss_mb(proc: psutil.Process) -> float:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total / 2**20
+
+
+def child(kind: str, *args: str) -> dict:
+    """Run `kind` in a child process (fake embeddings there too), watching the resident memory
+    of its process tree: past the limit it is killed and OutOfMemory names the figure."""
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCALE), "--child", kind, *args], stdout=out, stderr=err, env=env
+        )
+        watched, peak = psutil.Process(proc.pid), 0.0
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                peak = max(peak, _tree_rss_mb(watched))
+            if peak > MEM_LIMIT_MB:
+                for p in [*watched.children(recursive=True), watched]:
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+                proc.wait()
+                raise OutOfMemory(f"{kind}: resident memory passed {MEM_LIMIT_MB:,.0f} MB; stopped")
+            time.sleep(0.2)
+        out.seek(0), err.seek(0)
+        text = out.read().decode()
+        assert proc.returncode == 0, err.read().decode()[-3000:]
+    result = json.loads(text.strip().splitlines()[-1])
+    result["tree_peak_rss_mb"] = round(peak)
+    return result
+
+
+def child_reindex(root: str, home: str, full: str = "") -> None:
+    """Reindex with fake embeddings; print seconds, chunks, peak RSS and seconds per stage."""
+    from kbflow.core.settings import Settings
+    from kbflow.ingest.reindex import reindex
+
+    started = time.perf_counter()
+    summary = reindex([root], settings=Settings(home=home), full=bool(full))
+    seconds = time.perf_counter() - started
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out = {"seconds": seconds, "ok": summary.ok, "written": summary.chunks_written, "rss_mb": rss}
+    print(json.dumps({**out, "stages": summary.stage_seconds}))
+
+
+def reindex_run(root: Path, home: Path, full: bool = False) -> dict:
+    return child("reindex", str(root), str(home), "full" if full else "")
+
+
+def cli_seconds(*args: str, home: Path) -> float:
+    env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kbflow.flows.cli", *args], capture_output=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return time.perf_counter() - started
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def queries(words: list[str], n: int = 60) -> list[str]:
+    rng = random.Random(3)
+    return [" ".join(rng.sample(words[:2000], 5)) for _ in range(n)]
+
+
+def lookups(home: Path, words: list[str]) -> dict[str, float]:
+    """p50/p95 per mode through the Python API (fake query embeddings too), after a warm-up."""
+    from kbflow.core.settings import Settings
+    from kbflow.retrieval.lookup import get_retriever
+
+    retriever = get_retriever(Settings(home=home))
+    qs, out = queries(words), {}
+    for mode in ("dense", "bm25", "hybrid"):
+        retriever.lookup(qs[0], kb_scope="scale", mode=mode)
+        times = []
+        for q in qs:
+            started = time.perf_counter()
+            retriever.lookup(q, kb_scope="scale", mode=mode)
+            times.append((time.perf_counter() - started) * 1000)
+        out[f"{mode}_p50_ms"], out[f"{mode}_p95_ms"] = round(pct(times, 50), 1), round(pct(times, 95), 1)
+    return out
+
+
+def serve_run(home: Path, words: list[str]) -> dict[str, float]:
+    """`kbflow serve` (fake query embeddings): seconds until /healthz answers, hybrid p50/p95
+    over HTTP from one keep-alive client, and the peak RSS of the service with its Milvus child."""
+    from kbflow.flows.serve import free_port
+
+    port = free_port()
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, str(SCALE), "--child", "serve", str(home), str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    watched, peak = psutil.Process(proc.pid), 0.0
+    try:
+        ready = _wait_healthy(port, proc, started)
+        conn, times = http.client.HTTPConnection("127.0.0.1", port, timeout=120), []
+        for i, q in enumerate(queries(words)):
+            body = json.dumps({"query": q, "kb_scope": "scale", "mode": "hybrid"})
+            t = time.perf_counter()
+            conn.request("POST", "/v1/lookup", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200, resp.status
+            if i:  # the first is the warm-up
+                times.append((time.perf_counter() - t) * 1000)
+            peak = max(peak, _tree_rss_mb(watched))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return {
+        "serve_ready_s": round(ready, 1),
+        "serve_hybrid_p50_ms": round(pct(times, 50), 1),
+        "serve_hybrid_p95_ms": round(pct(times, 95), 1),
+        "serve_rss_mb": round(peak),
+    }
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen, started: float) -> float:
+    while time.perf_counter() - started < 600:
+        assert proc.poll() is None, "kbflow serve exited before it was ready"
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return time.perf_counter() - started
+        time.sleep(0.2)
+    raise RuntimeError("kbflow serve did not answer /healthz within 600 s")
+
+
+def raw_milvus(path: Path, n: int) -> dict[str, float]:
+    """The floor beside kbflow's figures: a client alone on a fresh Milvus Lite file, the same
+    number of 384-d vectors under the same HNSW index, inserted in 1,000s, then 60 searches."""
+    import numpy as np
+
+    from kbflow.core.milvus_store import create_vector_only_collection, open_client
+
+    client = open_client(str(path))
+    create_vector_only_collection(client, "raw", DIM)
+    rng = np.random.default_rng(5)
+    started = time.perf_counter()
+    for lo in range(0, n, 1000):
+        v = rng.standard_normal((min(1000, n - lo), DIM)).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        client.insert("raw", [{"id": lo + i, "dense": row.tolist()} for i, row in enumerate(v)])
+    client.flush("raw")
+    insert = time.perf_counter() - started
+    client.load_collection("raw")
+    params = {"metric_type": "L2", "params": {"ef": 64}}
+    times = []
+    for q in rng.standard_normal((61, DIM)).astype(np.float32):
+        t = time.perf_counter()
+        client.search("raw", [q.tolist()], limit=10, search_params=params)
+        times.append((time.perf_counter() - t) * 1000)
+    times = times[1:]
+    client.close()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "raw_insert_s": round(insert, 1),
+        "raw_dense_p50_ms": round(pct(times, 50), 1),
+        "raw_dense_p95_ms": round(pct(times, 95), 1),
+        "raw_rss_mb": round(rss),
+    }
