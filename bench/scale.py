@@ -186,6 +186,7 @@ def measure(chunks: int, work: Path, words: list[str], swap: bool) -> dict:
     )
     shutil.rmtree(root, ignore_errors=True)
     raw = child("raw", str(work / f"raw-{chunks}.db"), str(row["chunks"]))
+    raw["raw_rss_mb"] = raw.pop("tree_peak_rss_mb")  # measured as the reindex's, by the parent
     row.update(raw)
     shutil.rmtree(work / f"raw-{chunks}.db", ignore_errors=True)
     print(f"[{chunks}] " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)

@@ -8,7 +8,6 @@ import http.client
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -62,15 +61,15 @@ def child(kind: str, *args: str) -> dict:
 
 
 def child_reindex(root: str, home: str, full: str = "") -> None:
-    """Reindex with fake embeddings; print seconds, chunks, peak RSS and seconds per stage."""
+    """Reindex with fake embeddings; print seconds, chunks and seconds per stage (the parent
+    watches the memory)."""
     from kbflow.core.settings import Settings
     from kbflow.ingest.reindex import reindex
 
     started = time.perf_counter()
     summary = reindex([root], settings=Settings(home=home), full=bool(full))
     seconds = time.perf_counter() - started
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = {"seconds": seconds, "ok": summary.ok, "written": summary.chunks_written, "rss_mb": rss}
+    out = {"seconds": seconds, "ok": summary.ok, "written": summary.chunks_written}
     print(json.dumps({**out, "stages": summary.stage_seconds}))
 
 
@@ -191,10 +190,8 @@ def raw_milvus(path: Path, n: int) -> dict[str, float]:
         times.append((time.perf_counter() - t) * 1000)
     times = times[1:]
     client.close()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "raw_insert_s": round(insert, 1),
         "raw_dense_p50_ms": round(pct(times, 50), 1),
         "raw_dense_p95_ms": round(pct(times, 95), 1),
-        "raw_rss_mb": round(rss),
     }

@@ -72,7 +72,8 @@ def finish_records(session: Session, plan: ScopePlan, written: Written, p_hash: 
         rows = [record_values(d, written.n_chunks[d.doc_id], p_hash, "indexed") for d in part]
         for row in rows:
             old = plan.existing.get(row["doc_id"])
-            row["created_at"] = old.created_at if old is not None else row["created_at"]
+            if old is not None:
+                row["created_at"] = old.created_at
         # replaced in bulk: one delete and one multi-row insert per batch, not a merge per row
         session.execute(
             delete(DocumentRow).where(DocumentRow.kb_scope == plan.kb_scope, DocumentRow.doc_id.in_(ids))
