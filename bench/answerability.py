@@ -35,7 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kbflow.core.models import E5_MODEL_ID, base_model_id, short_name  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.evaluation.beir import load_negatives  # noqa: E402
-from kbflow.evaluation.calibrate import LabelledQuery, achieved, calibrate  # noqa: E402
+from kbflow.evaluation.calibrate import (  # noqa: E402
+    LabelledQuery,
+    achieved,
+    calibrate,
+    choose_floor,
+    query_score,
+)
 from kbflow.evaluation.calibration_data import beir_queries, golden_queries  # noqa: E402
 from kbflow.evaluation.self_calibration import (  # noqa: E402
     beir_asked,
@@ -80,6 +86,7 @@ def leave_out_sets(settings: Settings, pool: int, real: dict) -> dict[str, list[
     return out
 
 
+CACHE_VERSION = 2  # raised whenever calibration data carries new signals: an older cache lacks them
 BASE = ("cosine", "coverage")
 # candidate signals tried beside the two the gate has used (retrieval/gate.py, list_signals)
 FEATURE_SETS = {
@@ -90,6 +97,13 @@ FEATURE_SETS = {
     "+ novel": (*BASE, "novel"),
     "+ novel + margin": (*BASE, "novel", "margin"),
     "+ all four": (*BASE, "unmatched", "margin", "agreement", "novel"),
+    # with the scope's vocabulary (evaluation/vocabulary.py)
+    "+ salient": (*BASE, "salient"),
+    "salient instead of coverage": ("cosine", "salient"),
+    "+ absent": (*BASE, "absent"),
+    "+ specificity": (*BASE, "specificity"),
+    "+ bm25": (*BASE, "bm25"),
+    "+ spread": (*BASE, "spread"),
 }
 
 
@@ -168,7 +182,24 @@ def measure(name: str, real, synth, leave, pool: int) -> tuple[list[tuple[str, d
     print("\nforecast (does the synthetic set predict the real one?):")
     for label, f in forecast.items():
         print(f"- {label}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in f.items()))
+    forecast["floor"] = floor_transfer(cals["packaged"], real, synth, pool)
     return rows, forecast
+
+
+def floor_transfer(cal, real, synth, pool: int) -> dict[str, float]:
+    """Could the self pairs have found the floor? Under the packaged weights: the floor the real
+    answerable questions call for (<= 2 % refused) and the share of each synthetic half below it.
+    A share that differs from scope to scope is a floor no label-free rule can place."""
+    right = choose_floor([query_score(cal, q, pool) for q in real if q.answerable])
+
+    def below(kind: str) -> float:
+        scores = [query_score(cal, q, pool) for q in synth if q.kind == kind]
+        return round(sum(s < right for s in scores) / len(scores), 4) if scores else 0.0
+
+    out = {"packaged floor": cal.floor, "floor the real questions call for": right,
+           "pseudo-queries below it": below("answerable"), "their leave-out twins below it": below("near")}
+    print("- floor: " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()))
+    return out
 
 
 def _fmt(v: float | None) -> str:
@@ -183,7 +214,8 @@ def main() -> int:
     settings = Settings(home=Path(args.home or tempfile.mkdtemp(prefix="kbflow-answerability-")))
     pool = settings.retrieve_k
     t0 = time.perf_counter()
-    data = collect_all(settings, pool, args.max_docs, settings.home / f"answerability-{args.max_docs}.json")
+    cache = settings.home / f"answerability-{args.max_docs}-v{CACHE_VERSION}.json"
+    data = collect_all(settings, pool, args.max_docs, cache)
     metrics: dict = {}
     for name, (real, synth, leave) in data.items():
         rows, forecast = measure(name, real, synth, leave, pool)

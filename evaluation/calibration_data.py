@@ -22,10 +22,12 @@ def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
     """The golden cases of scopes whose quality comes from the dense model (not lexical)."""
     from kbflow.evaluation.cases import load_cases
     from kbflow.evaluation.runner import EVAL_ROOT, seed_scopes
+    from kbflow.evaluation.self_calibration import Vocabularies
     from kbflow.retrieval.lookup import lookup_knowledge
 
     cases = load_cases(EVAL_ROOT / "cases" / "golden-cases.json")
     seed_scopes(settings, sorted({c.kb_scope for c in cases}))
+    vocabularies = Vocabularies(settings)
     out = []
     for case in cases:
         r = lookup_knowledge(
@@ -36,7 +38,9 @@ def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
             continue
         kind = "answerable" if case.expected_doc_ids else (case.negative or "off")
         expected = set(case.expected_doc_ids)
-        hits = labelled_hits(case.query, hits, lambda h, expected=expected: h.doc_id in expected)
+        hits = labelled_hits(
+            case.query, hits, lambda h, expected=expected: h.doc_id in expected, vocabularies(case.kb_scope)
+        )
         model = r.retrieval_trace.models.get(case.kb_scope, "")
         out.append(LabelledQuery(case.id, "golden", kind, hits, model))
     return out
@@ -51,8 +55,10 @@ def beir_queries(
 ) -> list[LabelledQuery]:
     """A BEIR dataset's judged queries (answerable) plus negatives, through the real lookup."""
     from kbflow.evaluation.beir import ingest_beir, load_beir, run_lookups
+    from kbflow.evaluation.self_calibration import Vocabularies
 
     mapping, _summary = ingest_beir(root, scope, settings)
+    vocab = Vocabularies(settings)(scope)
     _corpus, queries, qrels = load_beir(root)
     judged = {q: queries[q] for q in qrels if q in queries}
     texts = {**judged, **{q: t for q, (t, _k) in negatives.items()}}
@@ -62,7 +68,7 @@ def beir_queries(
         rel = qrels.get(qid, {})
         kind = "answerable" if qid in judged else negatives[qid][1]
         hits = labelled_hits(
-            texts[qid], selected_hits(r), lambda h, rel=rel: mapping.get(h.doc_id, h.doc_id) in rel
+            texts[qid], selected_hits(r), lambda h, rel=rel: mapping.get(h.doc_id, h.doc_id) in rel, vocab
         )
         model = r.retrieval_trace.models.get(scope, "")
         name = root.name if root.name != "beir" else root.parent.name

@@ -19,6 +19,7 @@ from kbflow.core.sql import DocumentRow
 from kbflow.evaluation.calibrate import LabelledQuery
 from kbflow.evaluation.self_queries import pseudo_queries
 from kbflow.evaluation.signals import labelled_hits, selected_hits
+from kbflow.evaluation.vocabulary import Vocabulary
 
 LEFT_OUT = ":left-out"
 
@@ -50,6 +51,19 @@ def scope_chunks(settings: Settings, scope: str) -> list[ChunkRow]:
     return stores.chunks.read_docs(targets[0].alias, scope, sorted(sources))
 
 
+class Vocabularies:
+    """Each scope's vocabulary, read once per calibration run (the tried signals need it)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._built: dict[str, Vocabulary] = {}
+
+    def __call__(self, scope: str, left_out: Sequence[str] = ()) -> Vocabulary:
+        if scope not in self._built:
+            self._built[scope] = Vocabulary.from_chunks(scope_chunks(self.settings, scope))
+        return self._built[scope].without(left_out)
+
+
 def self_asked(settings: Settings, scope: str, max_docs: int) -> list[Asked]:
     return [
         Asked(q.qid, q.text, scope, (q.source,), f"self:{q.kind}")
@@ -65,6 +79,7 @@ def run_pairs(
     skipped, as in the labelled calibration."""
     from kbflow.retrieval.lookup import lookup_knowledge
 
+    vocabularies = Vocabularies(settings)
     out: list[LabelledQuery] = []
     for a in asked:
         kinds = (("answerable", ()), ("near", a.answers)) if with_answer else (("near", a.answers),)
@@ -83,7 +98,8 @@ def run_pairs(
                 break
             qid = a.qid if kind == "answerable" else a.qid + LEFT_OUT
             model = r.retrieval_trace.models.get(a.kb_scope, "")
-            labelled = labelled_hits(a.text, hits, lambda h, answers=a.answers: h.doc_id in answers)
+            vocab = vocabularies(a.kb_scope, exclude)
+            labelled = labelled_hits(a.text, hits, lambda h, answers=a.answers: h.doc_id in answers, vocab)
             out.append(LabelledQuery(qid, a.dataset, kind, labelled, model))
     return out
 

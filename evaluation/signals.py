@@ -11,7 +11,21 @@ the same way.
 - `agreement`: 1 / the worse of its dense and BM25 ranks when both legs found it, else 0;
 - `novel`: how rare in general text (wordfreq) the rarest query word is that no candidate
   contains: a paraphrase misses common words, an uncovered question names a thing the scope
-  never mentions. Left out when wordfreq is not installed (it comes with the test extra).
+  never mentions. Left out when wordfreq is not installed (it comes with the test extra);
+- `spread`: how much more of the query the first 10 candidates cover together than this one
+  does: an uncovered question finds its words scattered over several documents.
+
+With the scope's vocabulary (`vocabulary.py`, document frequencies; without the documents a
+leave-out lookup left out):
+
+- `salient`: the candidate's share of the query's salient terms, each term weighted by its
+  idf in the scope (coverage that counts a rare term more than a word every document has);
+- `absent`: the share of the query's words that occur nowhere in the scope, each weighted by
+  its rarity in general text;
+- `specificity`: the mean idf of the query's terms that the scope has, over the idf of a term
+  it lacks: a vague question is made of words every document has;
+- `bm25`: the candidate's BM25 score over the most its query could reach ((k1 + 1) x the
+  query's idf mass).
 """
 
 from __future__ import annotations
@@ -20,11 +34,14 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from kbflow.core.analysis import CJK, jieba_module
+from kbflow.core.analysis import CJK, analyze, jieba_module
+from kbflow.evaluation.vocabulary import Vocabulary
 from kbflow.retrieval.gate import chunk_terms, query_terms
 from kbflow.retrieval.quality import content_terms
 
 ZIPF_SPAN = 6.0  # zipf 6 (one word in a thousand: "how", "怎么") is common; 0 is unseen
+SPREAD_DEPTH = 10
+BM25_K1 = 1.2  # Milvus's default
 
 
 def selected_hits(result: Any) -> list[Any]:
@@ -33,17 +50,23 @@ def selected_hits(result: Any) -> list[Any]:
 
 
 def labelled_hits(
-    query: str, hits: Sequence[Any], relevant: Callable[[Any], bool]
+    query: str, hits: Sequence[Any], relevant: Callable[[Any], bool], vocab: Vocabulary | None = None
 ) -> list[tuple[dict[str, float], bool]]:
     """Calibration data of one query: each candidate's signals (its own and the tried ones) and
     whether it is relevant."""
-    return [(sig, relevant(h)) for h, sig in zip(hits, candidate_signals(query, hits), strict=True)]
+    signals = candidate_signals(query, hits, vocab)
+    return [(sig, relevant(h)) for h, sig in zip(hits, signals, strict=True)]
 
 
-def candidate_signals(query: str, hits: Sequence[Any]) -> list[dict[str, float]]:
+def candidate_signals(
+    query: str, hits: Sequence[Any], vocab: Vocabulary | None = None
+) -> list[dict[str, float]]:
     """Each candidate's own signals plus the tried ones, in the candidates' order."""
     dense = [h for h in hits if h.quality_signal != "lexical"]
-    extra = dict(zip((id(h) for h in dense), list_signals(query, dense), strict=True))
+    tried = list_signals(query, dense)
+    if vocab is not None:
+        tried = [{**t, **v} for t, v in zip(tried, vocabulary_signals(query, dense, vocab), strict=True)]
+    extra = dict(zip((id(h) for h in dense), tried, strict=True))
     return [{**h.signals, **extra.get(id(h), {})} for h in hits]
 
 
@@ -56,6 +79,10 @@ def list_signals(query: str, hits: Sequence[Any]) -> list[dict[str, float]]:
         seen |= chunk_terms(h.title, h.breadcrumb, h.content)
     unmatched = round(len(q_terms - seen) / len(q_terms), 4) if q_terms else 0.0
     novel = novelty(query, hits)
+    union = set()
+    for h in hits[:SPREAD_DEPTH]:
+        union |= q_terms & chunk_terms(h.title, h.breadcrumb, h.content)
+    together = len(union) / len(q_terms) if q_terms else 0.0
     best_by_doc: dict[str, float] = {}
     for h in hits:
         best_by_doc[h.doc_id] = max(_cos(h.signals), best_by_doc.get(h.doc_id, 0.0))
@@ -67,6 +94,7 @@ def list_signals(query: str, hits: Sequence[Any]) -> list[dict[str, float]]:
             "unmatched": unmatched,
             "margin": round(_cos(h.signals) - max(others, default=0.0), 4),
             "agreement": round(1.0 / max(ranks), 4) if all(ranks) else 0.0,
+            "spread": round(together - h.signals.get("coverage", 0.0), 4),
         }
         if novel is not None:
             row["novel"] = novel
@@ -99,3 +127,42 @@ def novelty(query: str, hits: Sequence[Any]) -> float | None:
     if any(v is None for v in values):
         return None
     return max(values, default=0.0)
+
+
+def vocabulary_signals(query: str, hits: Sequence[Any], vocab: Vocabulary) -> list[dict[str, float]]:
+    """`salient`, `absent`, `specificity` and `bm25` of each candidate (module docstring)."""
+    q_terms = query_terms(query)
+    mass = sum(vocab.idf(t) for t in q_terms)
+    ceiling = vocab.idf("")  # the idf of a term no document has
+    known = [vocab.idf(t) / ceiling for t in q_terms if vocab.df.get(t)]
+    query_level = {
+        "absent": absent_share(query, vocab),
+        "specificity": round(sum(known) / len(known), 4) if known else 0.0,
+    }
+    out = []
+    for h in hits:
+        matched = q_terms & chunk_terms(h.title, h.breadcrumb, h.content)
+        bm25 = (h.sparse_score or 0.0) / ((BM25_K1 + 1) * mass) if mass else 0.0
+        out.append({
+            **query_level,
+            "salient": round(sum(vocab.idf(t) for t in matched) / mass, 4) if mass else 0.0,
+            "bm25": round(min(1.0, bm25), 4),
+        })
+    return out
+
+
+def absent_share(query: str, vocab: Vocabulary) -> float:
+    """The query's words (surface forms; jieba words for Chinese) whose analysed terms no
+    document of the scope has, as a share of all its words, each weighted by its general-text
+    rarity (1 each without wordfreq)."""
+    weights = {}
+    for w in content_terms(query):
+        r = rarity(w)
+        weights[w] = 1.0 if r is None else r
+    total = sum(weights.values())
+    if not total:
+        return 0.0
+    missing = sum(
+        weight for w, weight in weights.items() if not any(vocab.df.get(t) for t in analyze(w).split())
+    )
+    return round(missing / total, 4)

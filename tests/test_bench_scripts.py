@@ -35,7 +35,9 @@ def test_answerability_bench_scores_every_fit_on_the_real_questions(capsys):
     rows, forecast = bench.measure("toy", real, synth, leave, pool=20)
     assert [label for label, _ in rows][:2] == ["packaged", "self"]
     assert all(set(r) == {"false no-ev", "near refused", "off refused"} for _, r in rows)
-    assert set(forecast) == {"packaged", "self"}
+    assert set(forecast) == {"packaged", "self", "floor"}
+    floor = forecast["floor"]  # where the floor the real questions call for sits among the pairs
+    assert 0 <= floor["pseudo-queries below it"] <= 1 and 0 <= floor["their leave-out twins below it"] <= 1
     features = bench.feature_table(real, synth, leave, pool=20)
     assert len(features) == 2 * len(bench.FEATURE_SETS)
     assert "| cosine + coverage | self |" in capsys.readouterr().out

@@ -95,6 +95,32 @@ def test_tried_gate_signals_read_the_candidate_list(seeded):
     assert top["unmatched"] > 0  # "pulsar" is in no runbook
     assert top["novel"] > 0.4  # and it is a rare word in general text
     assert top["agreement"] > 0  # both legs found the top runbook
+    assert all(-1.0 <= s["spread"] <= 1.0 for s in signals)
+
+
+def test_vocabulary_signals_read_the_scope(seeded):
+    """The tried signals that need the scope's document frequencies, on the real seeded scope,
+    and the vocabulary of a leave-out lookup (its documents gone)."""
+    from kbflow.evaluation.self_calibration import Vocabularies
+    from kbflow.evaluation.signals import candidate_signals
+
+    vocab = Vocabularies(seeded)("rag-eval")
+    assert vocab.docs >= 10 and vocab.df["kafka"] >= 2
+    assert vocab.idf("pulsar") > vocab.idf("lag") > vocab.idf("kafka") - 1e-9  # rarer weighs more
+    left = vocab.without(["kafka-consumer-lag"])
+    assert left.docs == vocab.docs - 1 and left.df["lag"] == vocab.df["lag"] - 1
+
+    query = "kafka consumer group lag growing on the pulsar cluster"
+    r = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded)
+    hits = r.candidates[r.retrieval_trace.selected_attempt]
+    signals = candidate_signals(query, hits, vocab)
+    by_doc = {h.doc_id: s for h, s in zip(hits, signals, strict=True)}
+    lag = by_doc["kafka-consumer-lag"]
+    # the runbook that has the query's rare terms covers more of its idf mass than the others
+    assert lag["salient"] == max(s["salient"] for s in signals) and 0 < lag["salient"] < 1
+    assert 0 < lag["absent"] < 1  # "pulsar" is nowhere in the scope; the other words are
+    assert 0 < lag["specificity"] < 1 and 0 <= lag["bm25"] <= 1
+    assert candidate_signals("kafka consumer lag", hits, vocab)[0]["absent"] == 0
 
 
 def test_chinese_query(seeded):
