@@ -90,6 +90,7 @@ CACHE_VERSION = 2  # raised whenever calibration data carries new signals: an ol
 BASE = ("cosine", "coverage")
 # candidate signals tried beside the two the gate has used (retrieval/gate.py, list_signals)
 FEATURE_SETS = {
+    "cosine alone": ("cosine",),
     "cosine + coverage": BASE,
     "+ unmatched": (*BASE, "unmatched"),
     "+ margin": (*BASE, "margin"),
