@@ -249,8 +249,9 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         print(f"kbflow: error: --export writes one model's calibration; the queries used {names}: "
               "choose one with --model NAME", file=sys.stderr)
         return 2
-    labelled = args.golden or args.beir
-    origin = "self + labelled" if self_pairs and labelled else ("self" if self_pairs else "labelled")
+    from kbflow.evaluation.recipe import Recipe
+
+    origin = Recipe.from_args(args).origin
     # exported, a calibration is a default for any scope of the model
     scope = "*" if export or not args.scope else args.scope
     results = []
@@ -288,6 +289,7 @@ def _save(args: Any, settings: Settings, results: list[Fitted], pool: int) -> No
     import json
 
     from kbflow.core.stores import open_stores
+    from kbflow.evaluation.recipe import Recipe
     from kbflow.retrieval import calibration
 
     if args.chart:
@@ -307,5 +309,7 @@ def _save(args: Any, settings: Settings, results: list[Fitted], pool: int) -> No
     if store:
         for result, _ in results:
             cal = result.calibration
-            calibration.store(open_stores(settings).sql, cal, result.to_dict())
+            # the recipe lets a rebuild of the scope fit it again (evaluation/recalibrate.py)
+            data = {**result.to_dict(), "recipe": Recipe.from_args(args).to_dict()}
+            calibration.store(open_stores(settings).sql, cal, data)
             print(f"stored for model {cal.model_id}, scope {cal.kb_scope}: lookups there use it now")

@@ -26,6 +26,7 @@ from kbflow.core.models import ModelChoice
 from kbflow.core.settings import Settings
 from kbflow.core.stores import Stores, is_transient, keep_home_backend, open_stores
 from kbflow.core.timing import stage_clock
+from kbflow.flows.calibration import refits_markdown, refresh_calibrations_task
 from kbflow.flows.common import summary_markdown
 from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.reindex import (
@@ -175,11 +176,14 @@ def _reindex(
         run = scan_task(roots, scope, full, stores, allow_mass_delete)
         _run_scopes(run, parallel)
         summary = finish(run)
-    create_markdown_artifact(
-        key="reindex-summary", markdown=summary_markdown(summary), description="kbflow reindex summary"
-    )
+    # a rebuilt scope's calibration describes chunks that are gone: fitted again on its recipe
+    refits = refresh_calibrations_task(stores.settings, list(summary.scopes))
+    markdown = summary_markdown(summary)
+    if refits:
+        markdown += "\n\n## Gate calibrations\n\n" + refits_markdown(refits)
+    create_markdown_artifact(key="reindex-summary", markdown=markdown, description="kbflow reindex summary")
     _log_summary(summary)
-    data = summary.to_dict()
+    data = {**summary.to_dict(), "calibrations": [r.__dict__ for r in refits]}
     if not summary.ok:
         return Failed(message=f"{len(summary.failed)} document(s) failed; the rest were indexed", data=data)
     return Completed(message="reindex complete", data=data)

@@ -28,6 +28,7 @@ def test_flow_completes_and_publishes_summary(tmp_path, harness):
     write_doc(docs, "b.md", source="doc-b", scope="flow", body="# B\n\n## S\n\nBeta text.\n")
     ok, summary = run_reindex_flow([str(docs)], None, False, str(tmp_path / "home"))
     assert ok and summary["added"] == 2 and summary["failed"] == []
+    assert summary["calibrations"] == []  # no calibration stored for the scope: nothing to refit
     # tasks run in their own threads: their stages still reach the flow's summary
     stages = {"scan", "plan", "embed", "store_insert", "l0_build", "sql_records"}
     assert stages <= set(summary["stage_seconds"])
@@ -114,3 +115,59 @@ def test_flow_runs_scan_plan_and_apply_as_tasks_and_retries_a_transient_error(tm
     runs = {r.name: r for r in asyncio.run(task_runs())}
     assert {"plan-staged", "apply-staged"} <= set(runs) and any(n.startswith("scan") for n in runs)
     assert runs["apply-staged"].run_count == 2 and runs["plan-staged"].run_count == 1
+
+
+def test_calibration_refresh_refits_what_a_rebuild_left_stale(tmp_path, harness, capsys):
+    """A library rebuild (which knows nothing of calibrations) leaves the scope's calibration
+    stale; `kbflow eval calibrate --refresh` and the scheduled calibration-refresh flow fit it
+    again on its recipe, and status no longer flags it."""
+    import json
+    import time
+
+    from kbflow.core.settings import Settings
+    from kbflow.flows.calibration import calibration_refresh_flow
+    from kbflow.flows.cli import main
+    from kbflow.ingest.reindex import reindex
+    from tests.conftest import REPO
+
+    home = tmp_path / "home"
+    settings = Settings(home=home)
+
+    def kb(*args: str) -> tuple[int, str]:
+        rc = main([*args, "--home", str(home)])
+        return rc, capsys.readouterr().out
+
+    def calibration() -> dict:
+        return json.loads(kb("status", "--json")[1])["scopes"][0]["calibration"]
+
+    def rebuild() -> None:
+        time.sleep(1.1)  # a collection's build time (in its name) has whole seconds
+        assert reindex([REPO / "seed-docs"], scope="rag-eval", full=True, settings=settings).ok
+        assert "fitted before the last full rebuild" in calibration()["stale"]
+
+    assert reindex([REPO / "seed-docs"], scope="rag-eval", settings=settings).ok
+    rc, out = kb("eval", "calibrate", "--self", "--scope", "rag-eval", "--max-docs", "6", "--store")
+    assert rc in (0, 1) and "stored for model" in out
+    assert kb("eval", "calibrate", "--refresh")[1].startswith("every scope calibration is at least as new")
+
+    rebuild()
+    rc, out = kb("eval", "calibrate", "--refresh")
+    assert rc == 0 and "gate calibration of scope rag-eval" in out and "refitted" in out
+    assert "stale" not in calibration() and calibration()["origin"] == "self"
+
+    rebuild()
+    state = calibration_refresh_flow(home=str(home), return_state=True)
+    assert state.is_completed()
+    [refit] = state.result()
+    assert refit["kb_scope"] == "rag-eval" and refit["outcome"] == "refitted"
+    assert "stale" not in calibration()
+    import asyncio
+
+    [artifact] = asyncio.run(_artifact("calibration-refresh"))
+    assert "| rag-eval |" in artifact.data and "refitted" in artifact.data
+
+    # the reindex flow refits what its own full rebuild made stale
+    time.sleep(1.1)
+    ok, summary = run_reindex_flow([str(REPO / "seed-docs")], "rag-eval", True, str(home))
+    assert ok and [r["outcome"] for r in summary["calibrations"]] == ["refitted"]
+    assert "stale" not in calibration()

@@ -123,6 +123,7 @@ def test_serve_flows_schedules_knowledge_gaps_weekly(tmp_path):
     assert cli.returncode == 0, cli.stderr
     flows = {d["flow"]: d["cron"] for d in json.loads(cli.stdout)}
     assert flows["knowledge-gaps"] == "0 7 * * 1"
+    assert flows["calibration-refresh"] == "30 5 * * *"  # between the corpus refresh and the eval
 
 
 @pytest.fixture(scope="module")

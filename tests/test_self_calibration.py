@@ -27,6 +27,17 @@ def corpus(n: int) -> list[ChunkRow]:
     return rows
 
 
+def forget_recipes(home) -> None:
+    """Make the stored calibrations look like ones stored before recipes were kept."""
+    from kbflow.core.settings import Settings
+    from kbflow.core.sql import CalibrationRow, SqlStore
+
+    sql = SqlStore(Settings(home=home).resolved_database_url)
+    with sql.session() as session, session.begin():
+        for row in session.query(CalibrationRow):
+            row.data = {k: v for k, v in row.data.items() if k != "recipe"}
+
+
 def test_pseudo_queries_are_deterministic_and_read_as_text():
     rows = corpus(12)
     first = pseudo_queries(rows, max_docs=5, seed=3)
@@ -69,12 +80,26 @@ def test_calibrate_self_fits_the_scope_and_status_says_so(tmp_path):
     text = run_cli("status", home=home).stdout
     assert "gate calibration: self, fitted" in text and "refit it" not in text
 
-    # a full rebuild makes the scope's calibration stale, and status says so
+    # a full rebuild refits it on the recipe it was stored with: never older than its collection
+    fitted = cal["rag-eval"]["created_at"]
     out = run_cli("reindex", str(REPO / "seed-docs"), "--scope", "rag-eval", "--full", home=home)
     assert out.returncode == 0, out.stderr
+    assert "gate calibration of scope rag-eval" in out.stdout and ": refitted — self, " in out.stdout
+    again = json.loads(run_cli("status", "--json", home=home).stdout)["scopes"][0]["calibration"]
+    assert again["origin"] == "self" and again["created_at"] > fitted and "stale" not in again
+
+    # one stored before calibrations kept their recipe cannot be refitted: kept, and flagged
+    forget_recipes(home)
+    out = run_cli("reindex", str(REPO / "seed-docs"), "--scope", "rag-eval", "--full", "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    [refit] = json.loads(out.stdout)["calibrations"]
+    assert refit["outcome"] == "no recipe" and "kbflow eval calibrate" in refit["detail"]
     status = json.loads(run_cli("status", "--json", home=home).stdout)
     assert "fitted before the last full rebuild" in status["scopes"][0]["calibration"]["stale"]
-    assert "refit it" in run_cli("status", home=home).stdout
+    assert status["scopes"][0]["calibration"]["origin"] == "self"  # still the one lookups use
+    assert "refit it (`kbflow eval calibrate --refresh`)" in run_cli("status", home=home).stdout
+    out = run_cli("eval", "calibrate", "--refresh", home=home)
+    assert out.returncode == 1 and "no recipe" in out.stdout
 
     bad = run_cli("eval", "calibrate", "--self", "--scope", "nowhere", home=home)
     assert bad.returncode == 2 and "nowhere" in bad.stderr and "not indexed" in bad.stderr

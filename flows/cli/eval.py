@@ -136,7 +136,7 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
     cal = p.add_argument_group(
         "calibrate",
         "kbflow eval calibrate [--golden] [--beir DIR --scope S --negatives F | --negatives-from DIR] "
-        "[--self --scope S] [--no-store] [--chart F.png]",
+        "[--self --scope S] [--no-store] [--chart F.png] | --refresh [--scope S]",
     )
     cal.add_argument("--golden", action="store_true", help="use the golden cases")
     cal.add_argument(
@@ -157,6 +157,13 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
         help="--self: documents that give pseudo-queries (a seeded sample of the scope; default 60)",
     )
     cal.add_argument(
+        "--refresh",
+        action="store_true",
+        help="fit again, on the recipe each was stored with, the scope calibrations fitted before their "
+        "scope's last full rebuild (a reindex and the calibration-refresh flow do this too); with --scope S, "
+        "that scope's, stale or not",
+    )
+    cal.add_argument(
         "--store",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -175,6 +182,8 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Any) -> int:
     if args.source != "offline":
         say_what_loads(settings)
+    if args.action == "calibrate" and args.refresh:
+        return _refresh(args, settings)
     if args.action == "calibrate":
         from kbflow.evaluation.calibration_data import calibrate_command
 
@@ -193,6 +202,19 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         for line in eval_lines(outcome):
             print(line)
     return 0 if outcome.ok else 1
+
+
+def _refresh(args: argparse.Namespace, settings: Any) -> int:
+    """`kbflow eval calibrate --refresh`: 0 when every due calibration was refitted (or none was
+    due), 1 when one could not be (it is kept, and status flags it)."""
+    from kbflow.evaluation.recalibrate import refresh
+
+    refits = refresh(settings, [args.scope] if args.scope else None, stale_only=not args.scope)
+    for r in refits:
+        print(r.line())
+    if not refits:
+        print("every scope calibration is at least as new as its scope's collection: nothing to refit")
+    return 0 if all(r.outcome == "refitted" for r in refits) else 1
 
 
 def _golden(args: argparse.Namespace, settings: Any) -> Any:

@@ -72,7 +72,9 @@ def _calibration(c: Mapping[str, str]) -> str:
     if origin == "none":
         return "none: quality is the plain cosine (`kbflow eval calibrate` fits one from labelled queries)"
     where = "this scope" if c.get("stored_for") not in ("*", "") else "every scope of the model"
-    stale = f" — [yellow]{c['stale']}: refit it[/yellow]" if c.get("stale") else ""
+    stale = ""
+    if c.get("stale"):
+        stale = f" — [yellow]{c['stale']}: refit it (`kbflow eval calibrate --refresh`)[/yellow]"
     return f"{origin}, fitted {c.get('created_at', '?')} for {where}{stale}"
 
 

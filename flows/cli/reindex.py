@@ -91,18 +91,30 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
         validate_scope(args.scope)
     if args.prefect or args.task_runner == "dask":
-        summary = _through_prefect(args, settings)
+        summary, refits = _through_prefect(args, settings)
     else:
+        from kbflow.evaluation.recalibrate import refresh
+
         summary = _in_process(args, settings, Console(stderr=True))
+        # a rebuilt scope's calibration describes chunks that are gone: fitted again on its recipe
+        refits = [r.__dict__ for r in refresh(settings, list(summary.scopes))]
     if args.json:
-        print(json.dumps(summary.to_dict(), ensure_ascii=False))
+        print(json.dumps({**summary.to_dict(), "calibrations": refits}, ensure_ascii=False))
     else:
         print_reindex_summary(summary, Console(soft_wrap=True))
+        print_refits(refits)
     return 0 if summary.ok else 1
 
 
-def _through_prefect(args: argparse.Namespace, settings: Any) -> Any:
-    """The same reindex as the Prefect flow; its result data back into a ReindexSummary."""
+def print_refits(refits: list[dict[str, str]]) -> None:
+    for r in refits:
+        detail = f" — {r['detail']}" if r["detail"] else ""
+        print(f"gate calibration of scope {r['kb_scope']} ({r['model_id']}): {r['outcome']}{detail}")
+
+
+def _through_prefect(args: argparse.Namespace, settings: Any) -> tuple[Any, list[dict[str, str]]]:
+    """The same reindex as the Prefect flow; its result data back into a ReindexSummary, and
+    what the flow did to the scopes' calibrations."""
     from kbflow.flows.reindex import run_reindex_flow
     from kbflow.ingest.reindex import ReindexSummary, ScopeSummary
 
@@ -119,7 +131,8 @@ def _through_prefect(args: argparse.Namespace, settings: Any) -> Any:
     )
     scopes = {k: ScopeSummary(**v) for k, v in data.pop("scopes").items()}
     data.pop("ok")
-    return ReindexSummary(**data, scopes=scopes)
+    refits = data.pop("calibrations", [])
+    return ReindexSummary(**data, scopes=scopes), refits
 
 
 def flag_settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -43,8 +43,10 @@ def _serve_flows_parser(sub: Any) -> None:
 
     p = sub.add_parser(
         "serve-flows",
-        help="serve the eval, eval-corpus-refresh and knowledge-gaps flows (and scheduled reindexes) on cron",
-        description="Registers the eval, eval-corpus-refresh and knowledge-gaps deployments, plus one "
+        help="serve the eval, eval-corpus-refresh, knowledge-gaps and calibration-refresh flows (and "
+        "scheduled reindexes) on cron",
+        description="Registers the eval, eval-corpus-refresh, knowledge-gaps and calibration-refresh "
+        "deployments, plus one "
         "`reindex` deployment per --reindex, with the Prefect API (PREFECT_API_URL, e.g. a `prefect server "
         "start`) and runs them on schedule until stopped. --dry-run needs no Prefect API.",
         epilog=SERVE_FLOWS_EPILOG,
@@ -56,6 +58,12 @@ def _serve_flows_parser(sub: Any) -> None:
         "--gaps-cron",
         default="0 7 * * 1",
         help="cron for knowledge-gaps: the audit's retention, then last week's gaps (Mondays 07:00)",
+    )
+    p.add_argument(
+        "--calibration-cron",
+        default="30 5 * * *",
+        help="cron for calibration-refresh: refit each scope calibration fitted before its scope's last "
+        "full rebuild (05:30 daily)",
     )
     p.add_argument(
         "--reindex",
@@ -77,6 +85,7 @@ def serve(args: argparse.Namespace, settings: Any) -> int:
 
 
 def serve_flows(args: argparse.Namespace, settings: Any) -> int:
+    from kbflow.flows.calibration import calibration_deployments, calibration_deployments_summary
     from kbflow.flows.eval import deployments_summary, serve_flows
     from kbflow.flows.gaps import gaps_deployments, gaps_deployments_summary
     from kbflow.flows.schedules import parse_reindex_specs, reindex_deployments, reindex_deployments_summary
@@ -86,8 +95,10 @@ def serve_flows(args: argparse.Namespace, settings: Any) -> int:
     if args.dry_run:
         out = deployments_summary(home, args.eval_cron, args.refresh_cron)
         out += gaps_deployments_summary(home, args.gaps_cron)
+        out += calibration_deployments_summary(home, args.calibration_cron)
         print(json.dumps(out + reindex_deployments_summary(schedules, home), indent=1))
         return 0
-    extra = gaps_deployments(home, args.gaps_cron) + reindex_deployments(schedules, home)
+    extra = gaps_deployments(home, args.gaps_cron) + calibration_deployments(home, args.calibration_cron)
+    extra += reindex_deployments(schedules, home)
     serve_flows(home, args.eval_cron, args.refresh_cron, extra=extra)
     return 0
