@@ -28,6 +28,7 @@ class CaseOutcome:
     weak_only: bool = False  # every delivered evidence is weak (relevance none)
     candidate_doc_ids: list[str] = field(default_factory=list)  # selected attempt, first occurrence order
     filtered_doc_ids: list[str] | None = None  # the FILTERED_VECTOR attempt's candidates, if there was one
+    known_limit: str | None = None  # the case's stated reason why it cannot pass by design
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,4 +140,5 @@ def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseO
         filtered_doc_ids=candidate_docs(result, "FILTERED_VECTOR")
         if "FILTERED_VECTOR" in result.candidates
         else None,
+        known_limit=case.known_limit,
     )

@@ -235,8 +235,15 @@ def report_markdown(report: dict[str, Any], chart_name: str | None = None) -> st
         failing = [c for c in report["modes"][mode]["cases"] if not c["passed"]]
         if failing:
             lines += ["", "Failures:", ""]
-            lines += [f"- `{c['case_id']}`: " + "; ".join(c["failures"]) for c in failing]
+            lines += [_failure_line(c) for c in failing]
     return "\n".join(lines) + "\n"
+
+
+def _failure_line(case: dict[str, Any]) -> str:
+    line = f"- `{case['case_id']}`: " + "; ".join(case["failures"])
+    if case.get("known_limit"):
+        line += f"\n  - *known limit, why it must not pass:* {case['known_limit']}"
+    return line
 
 
 def _scope_table(report: dict[str, Any], modes: list[str]) -> list[str]:

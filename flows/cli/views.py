@@ -44,8 +44,15 @@ def eval_lines(outcome: Any) -> list[str]:
 
     lines = list(summary_lines(outcome.report))
     known = set(outcome.diff["known_failures"]) if outcome.diff is not None else set()
+    limits = {
+        f"{mode}:{c['case_id']}": c.get("known_limit")
+        for mode, rep in outcome.report["modes"].items()
+        for c in rep["cases"]
+    }
     for name in outcome.failed:
         lines.append(f"{'known failure (failed in the baseline too)' if name in known else 'FAILED'} {name}")
+        if limits.get(name):
+            lines.append(f"  why it must not pass: {limits[name]}")
     if outcome.diff is not None:
         lines += [f"REGRESSION {r}" for r in outcome.diff["regressions"]]
         lines += [f"improved {r}" for r in outcome.diff["improvements"]]
