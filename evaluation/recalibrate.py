@@ -24,7 +24,6 @@ from sqlalchemy import select
 from kbflow.core.chunk_store import built_at
 from kbflow.core.settings import Settings
 from kbflow.core.sql import CalibrationRow, ScopeRow, SqlStore
-from kbflow.core.stores import open_stores
 from kbflow.evaluation.recipe import Recipe
 
 
@@ -70,6 +69,7 @@ def _older(created: datetime | None, rebuilt: datetime | None) -> bool:
 def refit(settings: Settings, row: CalibrationRow) -> Refit:
     """Fit one stored calibration again on its recipe, for its model, and store it (with the
     recipe); on failure the stored one stays as it was."""
+    from kbflow.core.stores import open_stores
     from kbflow.evaluation.calibrate import calibrate
     from kbflow.evaluation.calibration_data import collect
     from kbflow.retrieval import calibration
@@ -117,6 +117,8 @@ def refit(settings: Settings, row: CalibrationRow) -> Refit:
 
 def refresh(settings: Settings, scopes: Sequence[str] | None = None, stale_only: bool = True) -> list[Refit]:
     """Refit the scope calibrations that are due (see `due`)."""
+    from kbflow.core.stores import open_stores
+
     rows = due(open_stores(settings).sql, scopes, stale_only)
     return [refit(settings, row) for row in rows]
 

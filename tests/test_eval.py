@@ -94,6 +94,8 @@ def test_metrics_match_trec_eval_on_hand_made_runs():
 
 def test_offline_eval_passes_without_stores(tmp_path, monkeypatch):
     import kbflow.core.stores
+    from kbflow.evaluation.report import report_markdown
+    from kbflow.flows.cli.views import eval_lines
 
     def no_stores(*_a, **_k):
         raise AssertionError("offline mode must not open Milvus or SQL")
@@ -105,13 +107,11 @@ def test_offline_eval_passes_without_stores(tmp_path, monkeypatch):
     assert outcome.ok, (outcome.failed, outcome.diff["regressions"])
     assert set(outcome.report["modes"]) == {"hybrid", "dense"}
     # a case that must not pass by the pipeline's contract fails, and every report says why
-    from kbflow.evaluation.report import report_markdown
-    from kbflow.flows.cli.views import eval_lines
-
     assert "hybrid:a2-decoy-mysql-migration-gunicorn" in outcome.failed
     why = "  why it must not pass: The fallback contract retries a filtered attempt only when it is weak"
     assert any(line.startswith(why) for line in eval_lines(outcome))
-    assert "*known limit, why it must not pass:* The fallback contract" in report_markdown(outcome.report, "c.png")
+    markdown = report_markdown(outcome.report, "c.png")
+    assert "*known limit, why it must not pass:* The fallback contract" in markdown
 
 
 def test_live_eval_matches_baseline_and_degraded_pipeline_fails_the_gate(tmp_path, monkeypatch, capsys):
