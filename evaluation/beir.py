@@ -215,14 +215,15 @@ def _honesty(qrels: Qrels, results: Results, mapping: Ids) -> dict[str, Any]:
 
 
 def _negatives(negatives: Negatives, results: Results) -> dict[str, Any]:
-    """Per kind: the share of unanswerable queries honestly answered found=false."""
+    """Per kind: unanswerable queries answered found=false, weak only, or either (held back)."""
     out: dict[str, Any] = {}
     for kind in NEGATIVE_KINDS:
-        qids = [q for q, (_, k) in negatives.items() if k == kind]
+        got = [results[q] for q, (_, k) in negatives.items() if k == kind]
         out[kind] = {
-            "queries": len(qids),
-            "true_no_evidence_rate": _rate(sum(not results[q].found for q in qids), len(qids)),
-            "weak_only_rate": _rate(sum(_weak_only(results[q]) for q in qids), len(qids)),
+            "queries": len(got),
+            "true_no_evidence_rate": _rate(sum(not r.found for r in got), len(got)),
+            "weak_only_rate": _rate(sum(_weak_only(r) for r in got), len(got)),
+            "held_back_rate": _rate(sum(not r.found or _weak_only(r) for r in got), len(got)),
         }
     return out
 
@@ -300,8 +301,7 @@ def run_beir(
     judged = {q: r for q, r in qrels.items() if q in queries}
     if not judged:
         raise CaseFileError(f"{root}: no query of qrels/test.tsv is in queries.jsonl")
-    clash = sorted(set(negatives) & set(queries))
-    if clash:
+    if clash := sorted(set(negatives) & set(queries)):
         raise CaseFileError(f"negative query ids also in {root}/queries.jsonl: {', '.join(clash[:5])}")
     extra_runs = [ir.load_trec(Path(p)) for p in compare_runs]  # before run files are overwritten
     mapping, summary = ingest_beir(root, scope, settings, corpus)
@@ -384,7 +384,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             f"{_fmt(d['recall@k'])}  hit@{k} {_fmt(d['hit@k'])}",
             f"  no evidence false {_fmt(ne['false_no_evidence_rate'])} (relevant doc among candidates "
             f"{_fmt(ne['false_no_evidence_with_relevant_candidate'])})  weak only "
-            f"{_fmt(ne['weak_only_rate'])}  true: near {_fmt(true_ne['near'])} off {_fmt(true_ne['off'])}",
+            f"{_fmt(ne['weak_only_rate'])}  true: near {_fmt(true_ne['near'])} off {_fmt(true_ne['off'])}"
+            f"  (or weak: near {_fmt(ne['negatives']['near']['held_back_rate'])} "
+            f"off {_fmt(ne['negatives']['off']['held_back_rate'])})",
             f"  fallback    fired {fb['fallback_fired']}  precision {_fmt(fb['fallback_precision'])}  "
             f"effectiveness {_fmt(fb['fallback_effectiveness'])}  L0 false kill "
             f"{_fmt(m['l0_false_kill_rate'])} of {m['l0_filtered_lookups']} filtered",

@@ -23,6 +23,8 @@ METRIC_KEYS = (
     "weak_only_rate",
     "true_no_evidence_rate_near",
     "true_no_evidence_rate_off",
+    "held_back_rate_near",
+    "held_back_rate_off",
     "l0_false_kill_rate",
     "fallback_effectiveness",
     "recall@k",
@@ -69,6 +71,9 @@ def honesty_metrics(pairs: Sequence[tuple[GoldenCase, CaseOutcome]]) -> dict[str
         "weak_only_rate": _share([o.weak_only for _, o in positive]),
         "true_no_evidence_rate_near": _share([not o.found for _, o in pairs if o.negative == "near"]),
         "true_no_evidence_rate_off": _share([not o.found for _, o in pairs if o.negative == "off"]),
+        # "no usable evidence" or weak evidence only: nothing the agent may act on as an answer
+        "held_back_rate_near": _share([not o.found or o.weak_only for _, o in pairs if o.negative == "near"]),
+        "held_back_rate_off": _share([not o.found or o.weak_only for _, o in pairs if o.negative == "off"]),
         "l0_false_kill_rate": _share(
             [not any(d in (o.filtered_doc_ids or []) for d in c.expected_doc_ids) for c, o in filtered]
         ),
@@ -170,7 +175,9 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
             f"  no evidence answerable (false) {_pct(met.get('false_no_evidence_rate'))}"
             f"  weak only {_pct(met.get('weak_only_rate'))}"
             f"  unanswerable (true) near {_pct(met.get('true_no_evidence_rate_near'))}"
-            f" off {_pct(met.get('true_no_evidence_rate_off'))}",
+            f" off {_pct(met.get('true_no_evidence_rate_off'))}"
+            f"  (or weak: near {_pct(met.get('held_back_rate_near'))}"
+            f" off {_pct(met.get('held_back_rate_off'))})",
             f"  fallback    precision {_fmt(g('fallback_precision'))}  recall {_fmt(g('fallback_recall'))}"
             f"  effectiveness {_fmt(met.get('fallback_effectiveness'))}"
             f"  L0 false kills {_pct(met.get('l0_false_kill_rate'))}",
@@ -251,7 +258,8 @@ def _scope_table(report: dict[str, Any], modes: list[str]) -> list[str]:
     if not scopes:
         return []
     keys = ("cases", "pass_rate", "candidate_ndcg@10", "candidate_mrr", "false_no_evidence_rate",
-            "true_no_evidence_rate_near", "true_no_evidence_rate_off")
+            "true_no_evidence_rate_near", "true_no_evidence_rate_off", "held_back_rate_near",
+            "held_back_rate_off")
     cols = [(m, sc) for m in modes for sc in scopes]
     out = ["", "Per scope:", "", "| metric | " + " | ".join(f"{m} {sc}" for m, sc in cols) + " |"]
     out.append("|---|" + "---:|" * len(cols))
