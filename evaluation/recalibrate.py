@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -84,6 +85,11 @@ def refit(settings: Settings, row: CalibrationRow) -> Refit:
         )
     recipe = Recipe(**recipe_data)
     pool = settings.retrieve_k
+    print(
+        f"kbflow: fitting the gate calibration of scope {row.kb_scope} again on its recipe "
+        f"({recipe.origin}) …",
+        file=sys.stderr,
+    )
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             queries, sources = collect(recipe.as_args(), settings, pool)

@@ -107,9 +107,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
 
 def print_refits(refits: list[dict[str, str]]) -> None:
+    from kbflow.evaluation.recalibrate import Refit
+
     for r in refits:
-        detail = f" — {r['detail']}" if r["detail"] else ""
-        print(f"gate calibration of scope {r['kb_scope']} ({r['model_id']}): {r['outcome']}{detail}")
+        print(Refit(**r).line())
 
 
 def _through_prefect(args: argparse.Namespace, settings: Any) -> tuple[Any, list[dict[str, str]]]:
