@@ -43,6 +43,7 @@ from kbflow.evaluation.calibrate import (  # noqa: E402
     query_score,
 )
 from kbflow.evaluation.calibration_data import beir_queries, golden_queries  # noqa: E402
+from kbflow.evaluation.recipe import SELF_FEATURES  # noqa: E402
 from kbflow.evaluation.self_calibration import (  # noqa: E402
     beir_asked,
     golden_asked,
@@ -155,7 +156,7 @@ def measure(name: str, real, synth, leave, pool: int) -> tuple[list[tuple[str, d
     model_id = real[0].model_id
     cals = {
         "packaged": packaged_default(base_model_id(model_id)),
-        "self": fit(synth, model_id, pool, "self"),
+        "self": fit(synth, model_id, pool, "self", SELF_FEATURES),  # what `--self` fits
         "labelled (in-sample)": fit(real, model_id, pool, "labelled"),
         "labelled + leave-out": fit(real + leave, model_id, pool, "labelled + leave-out"),
         "self + labelled": fit(synth + real, model_id, pool, "self + labelled"),

@@ -102,6 +102,7 @@ def refit(settings: Settings, row: CalibrationRow) -> Refit:
             kb_scope=row.kb_scope,
             pool=pool,
             source=" + ".join(sources),
+            features=recipe.features,
             origin=recipe.origin,
         )
     except Exception as exc:  # reported against the calibration; the others go on

@@ -8,6 +8,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from kbflow.retrieval.gate import FEATURES
+
+# A pseudo-query is lifted from its document, so its coverage is 1 by construction: a weight for
+# coverage learned from such pairs says nothing about people's questions. Fitted on cosine alone
+# the pairs refused 1.3-11.5 % of the real answerable questions of three labelled sets, against
+# 41-89 % with coverage (docs/quality.md, Answerability; python bench/answerability.py).
+SELF_FEATURES = ("cosine",)
 
 @dataclass(frozen=True)
 class Recipe:
@@ -40,6 +47,11 @@ class Recipe:
         if self.self_pairs:
             return "self + labelled" if labelled else "self"
         return "labelled"
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The signals a fit on this recipe's queries can learn."""
+        return SELF_FEATURES if self.origin == "self" else tuple(FEATURES)
 
     def as_args(self) -> SimpleNamespace:
         return SimpleNamespace(**asdict(self))

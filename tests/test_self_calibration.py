@@ -27,6 +27,14 @@ def corpus(n: int) -> list[ChunkRow]:
     return rows
 
 
+def stored_calibrations(home) -> list[tuple[dict, dict]]:
+    from kbflow.core.settings import Settings
+    from kbflow.core.sql import CalibrationRow, SqlStore
+
+    with SqlStore(Settings(home=home).resolved_database_url).session() as session:
+        return [(row.params, row.data) for row in session.query(CalibrationRow)]
+
+
 def forget_recipes(home) -> None:
     """Make the stored calibrations look like ones stored before recipes were kept."""
     from kbflow.core.settings import Settings
@@ -73,6 +81,9 @@ def test_calibrate_self_fits_the_scope_and_status_says_so(tmp_path):
     out = run_cli(*args, home=home)
     assert out.returncode in (0, 1), out.stderr
     assert "stored for model" in out.stdout
+    [(params, data)] = stored_calibrations(home)
+    assert set(params["weights"]) == {"bias", "cosine"}  # a lifted sentence's coverage says nothing
+    assert data["recipe"]["self_pairs"] and data["recipe"]["max_docs"] == 12  # what a refit replays
     status = json.loads(run_cli("status", "--json", home=home).stdout)
     cal = {s["kb_scope"]: s["calibration"] for s in status["scopes"]}
     assert cal["rag-eval"]["origin"] == "self" and cal["rag-eval"]["stored_for"] == "rag-eval"
