@@ -90,6 +90,7 @@ def test_calibrate_self_fits_the_scope_and_status_says_so(tmp_path):
     assert "self: " in cal["rag-eval"]["source"]
     text = run_cli("status", home=home).stdout
     assert "gate calibration: self, fitted" in text and "refit it" not in text
+    assert " ago) for this scope" in text or "(just now) for this scope" in text  # its age
 
     # a full rebuild refits it on the recipe it was stored with: never older than its collection
     fitted = cal["rag-eval"]["created_at"]

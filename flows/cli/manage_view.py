@@ -75,7 +75,23 @@ def _calibration(c: Mapping[str, str]) -> str:
     stale = ""
     if c.get("stale"):
         stale = f" — [yellow]{c['stale']}: refit it (`kbflow eval calibrate --refresh`)[/yellow]"
-    return f"{origin}, fitted {c.get('created_at', '?')} for {where}{stale}"
+    return f"{origin}, fitted {c.get('created_at', '?')}{_age(c.get('created_at', ''))} for {where}{stale}"
+
+
+def _age(created_at: str) -> str:
+    """' (3 days ago)', from a calibration's ISO time; '' when it cannot be read."""
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(created_at)
+    except ValueError:
+        return ""
+    seconds = (datetime.now(UTC) - (when if when.tzinfo else when.replace(tzinfo=UTC))).total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f" ({n} {unit}{'s' if n > 1 else ''} ago)"
+    return " (just now)"
 
 
 def print_documents(docs: Sequence[Any], filters: Mapping[str, str | None]) -> None:
