@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from prefect.states import Completed, Failed, State
 
 from kbflow.core.settings import Settings
 from kbflow.evaluation.recalibrate import Refit, refresh
+from kbflow.flows.common import deployment_summary
 
 
 @task(name="refresh-calibrations", cache_policy=NO_CACHE)
@@ -63,11 +63,6 @@ def calibration_deployments(home: str | None, cron: str) -> list[Any]:
 
 def calibration_deployments_summary(home: str | None, cron: str) -> list[dict[str, Any]]:
     return [
-        {
-            "flow": calibration_refresh_flow.name,
-            "deployment": d.name,
-            "cron": cron,
-            "schedules": [json.loads(s.model_dump_json()) for s in d.schedules],
-        }
+        deployment_summary(calibration_refresh_flow.name, d, cron)
         for d in calibration_deployments(home, cron)
     ]

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from kbflow.ingest.reindex import ReindexSummary
+
+
+def deployment_summary(flow_name: str, deployment: Any, cron: str) -> dict[str, Any]:
+    """A deployment as `kbflow serve-flows --dry-run` prints it: what would be registered."""
+    return {
+        "flow": flow_name,
+        "deployment": deployment.name,
+        "cron": cron,
+        "schedules": [json.loads(s.model_dump_json()) for s in deployment.schedules],
+    }
 
 
 def summary_rows(summary: ReindexSummary) -> list[tuple[str, str]]:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from prefect.states import Completed, Failed, State
 from kbflow.core.settings import Settings
 from kbflow.evaluation.report import diff_markdown, report_markdown
 from kbflow.evaluation.runner import EVAL_ROOT, SEED_DOCS, run_eval
+from kbflow.flows.common import deployment_summary
 from kbflow.ingest.reindex import reindex
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -124,13 +124,5 @@ def deployments_summary(
         (eval_corpus_refresh_flow, "kbflow-eval-corpus-refresh", refresh_cron),
         (eval_flow, "kbflow-eval", eval_cron),
     ):
-        d = f.to_deployment(name=name, cron=cron, parameters=params)
-        out.append(
-            {
-                "flow": f.name,
-                "deployment": d.name,
-                "cron": cron,
-                "schedules": [json.loads(s.model_dump_json()) for s in d.schedules],
-            }
-        )
+        out.append(deployment_summary(f.name, f.to_deployment(name=name, cron=cron, parameters=params), cron))
     return out

@@ -3,7 +3,6 @@ Markdown artifact. `kbflow serve-flows` runs it weekly (`--gaps-cron`)."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -14,6 +13,7 @@ from kbflow.core.settings import Settings
 from kbflow.core.sql import SqlStore
 from kbflow.evaluation.gaps import knowledge_gaps, model_embedder, parse_since
 from kbflow.evaluation.gaps_markdown import gaps_markdown
+from kbflow.flows.common import deployment_summary
 from kbflow.retrieval.audit import purge_expired
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -85,12 +85,4 @@ def gaps_deployments(home: str | None, cron: str) -> list[Any]:
 
 
 def gaps_deployments_summary(home: str | None, cron: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "flow": knowledge_gaps_flow.name,
-            "deployment": d.name,
-            "cron": cron,
-            "schedules": [json.loads(s.model_dump_json()) for s in d.schedules],
-        }
-        for d in gaps_deployments(home, cron)
-    ]
+    return [deployment_summary(knowledge_gaps_flow.name, d, cron) for d in gaps_deployments(home, cron)]

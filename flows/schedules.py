@@ -8,7 +8,6 @@ in a root, a scope or a cron should fail at start-up, not silently at 3 a.m.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -124,17 +123,16 @@ def reindex_deployments(schedules: Sequence[ReindexSchedule], home: str | None) 
 
 def reindex_deployments_summary(schedules: Sequence[ReindexSchedule], home: str | None) -> list[dict]:
     """What would be registered, in the shape of flows.eval.deployments_summary (--dry-run)."""
+    from kbflow.flows.common import deployment_summary  # not at import: the CLI's parser reads this module
+
     out = []
     for s, d in zip(schedules, reindex_deployments(schedules, home), strict=True):
         out.append(
             {
-                "flow": "reindex",
-                "deployment": d.name,
-                "cron": s.cron,
+                **deployment_summary("reindex", d, s.cron),
                 "root": s.root,
                 "scope": s.scope,
                 "parameters": d.parameters,
-                "schedules": [json.loads(x.model_dump_json()) for x in d.schedules],
             }
         )
     return out
