@@ -29,22 +29,22 @@ class Vocabulary:
         terms: dict[str, set[str]] = {}
         for c in chunks:
             terms.setdefault(c.source, set()).update(chunk_terms(c.title, c.breadcrumb, c.text))
-        return cls._of({doc: frozenset(t) for doc, t in terms.items()})
-
-    @classmethod
-    def _of(cls, doc_terms: Mapping[str, frozenset[str]]) -> Vocabulary:
         df: Counter[str] = Counter()
-        for t in doc_terms.values():
+        for t in terms.values():
             df.update(t)
-        return cls(doc_terms, df, len(doc_terms))
+        return cls({doc: frozenset(t) for doc, t in terms.items()}, df, len(terms))
 
     def without(self, documents: Iterable[str]) -> Vocabulary:
         """The vocabulary of the scope with these documents (sources) left out, as `exclude`
-        leaves them out of a lookup."""
-        gone = set(documents)
-        if not gone & self.doc_terms.keys():
+        leaves them out of a lookup: their terms counted off, not the scope counted again."""
+        gone = set(documents) & self.doc_terms.keys()
+        if not gone:
             return self
-        return Vocabulary._of({d: t for d, t in self.doc_terms.items() if d not in gone})
+        df = Counter(self.df)
+        for doc in gone:
+            df.subtract(self.doc_terms[doc])
+        kept = {d: t for d, t in self.doc_terms.items() if d not in gone}
+        return Vocabulary(kept, +df, len(kept))  # `+` drops the terms no document has any more
 
     def idf(self, term: str) -> float:
         """BM25's idf (as Milvus computes it): rare terms weigh most, a term in every document
