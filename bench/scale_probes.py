@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -33,20 +34,23 @@ def _tree_rss_mb(proc: psutil.Process) -> float:
     return total / 2**20
 
 
-def child(kind: str, *args: str) -> dict:
+def child(kind: str, *args: str, env: dict[str, str] | None = None, server: int | None = None) -> dict:
     """Run `kind` in a child process (fake embeddings there too), watching the resident memory
-    of its process tree: past the limit it is killed and OutOfMemory names the figure."""
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
+    of its process tree, and of the Milvus server process `server` apart: past the limit
+    (together) both are killed and OutOfMemory names the figure."""
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", **(env or {})}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             [sys.executable, str(SCALE), "--child", kind, *args], stdout=out, stderr=err, env=env
         )
         watched, peak = psutil.Process(proc.pid), 0.0
+        milvus, milvus_peak = (psutil.Process(server) if server else None), 0.0
         while proc.poll() is None:
             with contextlib.suppress(psutil.Error):
                 peak = max(peak, _tree_rss_mb(watched))
-            if peak > MEM_LIMIT_MB:
-                for p in [*watched.children(recursive=True), watched]:
+                milvus_peak = max(milvus_peak, _tree_rss_mb(milvus)) if milvus else 0.0
+            if peak + milvus_peak > MEM_LIMIT_MB:
+                for p in [*watched.children(recursive=True), watched, *([milvus] if milvus else [])]:
                     with contextlib.suppress(psutil.Error):
                         p.kill()
                 proc.wait()
@@ -57,7 +61,24 @@ def child(kind: str, *args: str) -> dict:
         assert proc.returncode == 0, err.read().decode()[-3000:]
     result = json.loads(text.strip().splitlines()[-1])
     result["tree_peak_rss_mb"] = round(peak)
+    if milvus:
+        result["milvus_peak_rss_mb"] = round(milvus_peak)
     return result
+
+
+@contextlib.contextmanager
+def lite_server(home: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """The home's Milvus Lite file served by its own process (as `kbflow serve` does), so a
+    reindex's memory and Milvus's are measured apart: (its pid, the settings to reach it)."""
+    from kbflow.flows.serve import start_milvus_lite_server
+
+    token = "scale-bench"
+    proc, uri = start_milvus_lite_server(str(home / "milvus.db"), token)
+    try:
+        yield proc.pid, {"KBFLOW_MILVUS_URI": uri, "KBFLOW_MILVUS_TOKEN": token}
+    finally:
+        proc.terminate()
+        proc.wait(120)
 
 
 def child_reindex(root: str, home: str, full: str = "") -> None:
@@ -74,7 +95,11 @@ def child_reindex(root: str, home: str, full: str = "") -> None:
 
 
 def reindex_run(root: Path, home: Path, full: bool = False) -> dict:
-    return child("reindex", str(root), str(home), "full" if full else "")
+    """A reindex in a child process against the home's Milvus Lite file, served apart:
+    `tree_peak_rss_mb` is kbflow's own memory, `milvus_peak_rss_mb` Milvus Lite's."""
+    home.mkdir(parents=True, exist_ok=True)
+    with lite_server(home) as (pid, env):
+        return child("reindex", str(root), str(home), "full" if full else "", env=env, server=pid)
 
 
 def cli_seconds(*args: str, home: Path) -> float:

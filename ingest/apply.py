@@ -59,9 +59,15 @@ def apply_incremental(
     # the model loads (for its dimension) only when something is to be embedded
     dim = stores.embedder_for(model).dim if plan.to_write else scope_row.dim
     check_scope_config(s, scope, scope_row, model_id, dim)
-    store.drop_unaliased(alias, target)  # a killed rebuild's half-built collection: never served
+    # a no-change run asks Milvus nothing about the collection: Milvus Lite loads a collection
+    # (O(corpus)) on the first call that names it. A killed rebuild's half-built collection
+    # (never served) and a narrow old `source` field are dealt with by the next change.
+    changing = bool(plan.to_write or plan.stale)
+    if changing:
+        store.drop_unaliased(alias, target)
     lexical = lexical_config(s, scope_row.analyzer)
-    if scope_row.analysis != lexical.version or store.source_capacity(target) < SOURCE_MAX_BYTES:
+    narrow = changing and store.source_capacity(target) < SOURCE_MAX_BYTES
+    if scope_row.analysis != lexical.version or narrow:
         # built under another analysis, or before free-text sources: a rebuild is the only way
         # to change that; the embedding cache means nothing is embedded again
         return rebuild(stores, plan, progress, encoder)
@@ -69,7 +75,7 @@ def apply_incremental(
         kb_scope=scope, collection=alias, analyzer=scope_row.analyzer, physical_collection=target
     )
     p_hash, stats = pipeline_hash(s, model_id), EmbedStats()
-    if plan.to_write or plan.stale:
+    if changing:
         with stage("store_load"):
             store.load(alias)
     written = _write(stores, plan, alias, lexical, stats, summary.warnings, p_hash, progress, encoder, model)

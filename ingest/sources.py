@@ -60,7 +60,7 @@ class ScanResult:
         return any(r == root and _under(rel_path, d) for r, d in self.failed_dirs)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class KnownFile:
     """What an indexed file's record says: enough to stand in for the file while its stat is
     unchanged."""
@@ -118,15 +118,15 @@ def _from_record(
 
 
 def _scan_file(
-    path: Path, root: str, rel: str, scope: str, max_file_bytes: int, known: KnownFile | None, keep_body: bool
+    f: Found, root: str, scope: str, max_file_bytes: int, known: KnownFile | None, keep_body: bool
 ) -> tuple[ParsedDocument, list[str]]:
     """One file as a document: from its record when its stat is unchanged, else read and parsed."""
-    st = path.stat()
+    rel, st = f.rel, f.stat
     if known is not None and st.st_size <= max_file_bytes:
         stub = _from_record(known, st, root, rel, scope)
         if stub is not None:
             return stub, [derived_id_warning(stub.doc_id)] if stub.doc_id_derived else []
-    text, digest = read_text(path, max_file_bytes)
+    text, digest = read_text(f.path, max_file_bytes)
     doc, warnings = parse_document(text, content_hash=digest, rel_path=rel, root=root, default_scope=scope)
     doc.file_stat = stat_key(st, doc.scope_declared)
     if not keep_body:
@@ -181,45 +181,76 @@ def resolve_roots(roots: Sequence[str | Path]) -> list[Path]:
     return out
 
 
+@dataclass(slots=True)
+class Found:
+    """A Markdown file the walk found: its path, its path under the root, and its stat (taken
+    once, by the walk; the scan compares it with the record)."""
+
+    full: str  # a string: a Path per file costs as much as its stat
+    rel: str
+    stat: os.stat_result
+
+    @property
+    def path(self) -> Path:
+        return Path(self.full)
+
+
 def discover(root: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     """Markdown files under root (sorted; hidden entries skipped; symlinked folders followed
     once) and what could not be looked at: unreadable folders and dangling symlinks. Those are
     errors, never absences: a document under them is not treated as deleted."""
-    found: list[Path] = []
+    found, problems = walk_markdown(root)
+    return [f.path for f in found], problems
+
+
+def walk_markdown(root: Path) -> tuple[list[Found], list[tuple[Path, str]]]:
+    """`discover` with each file's stat: one `scandir` per folder and one `stat` per file, so a
+    no-change scan costs what a raw walk of the tree costs."""
+    found: list[Found] = []
     problems: list[tuple[Path, str]] = []
     seen_dirs: set[str] = set()
-
-    def on_error(exc: OSError) -> None:
-        problems.append((Path(exc.filename or root), f"cannot read folder: {exc.strerror or exc}"))
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=True):
-        real = os.path.realpath(dirpath)
+    stack: list[tuple[str, str]] = [(str(root), "")]  # (folder, its path under the root)
+    while stack:
+        folder, rel = stack.pop()
+        real = os.path.realpath(folder)
         if real in seen_dirs:  # a symlink loop or a folder linked twice
-            dirnames[:] = []
             continue
         seen_dirs.add(real)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         try:
-            found.extend(_markdown_files(Path(dirpath), filenames, problems))
-        except OSError as exc:  # listed but not searchable (no x bit): nothing under it is seen
-            problems.append((Path(dirpath), f"cannot read folder: {exc.strerror or exc}"))
-    return sorted(found), problems
+            files, subdirs, dangling = _scan_folder(folder, rel)
+        except OSError as exc:  # unreadable, or listed but not searchable (no x bit)
+            problems.append((Path(folder), f"cannot read folder: {exc.strerror or exc}"))
+            continue
+        found += files
+        problems += dangling
+        stack.extend(reversed(subdirs))
+    found.sort(key=lambda f: f.rel.split("/"))
+    return found, problems
 
 
-def _markdown_files(folder: Path, names: list[str], problems: list[tuple[Path, str]]) -> list[Path]:
-    out = []
-    for name in names:
-        if name.startswith("."):
-            continue
-        path = folder / name
-        suffix = path.suffix.lower()
-        if path.is_symlink() and not path.exists():
-            if suffix in MARKDOWN_SUFFIXES or not suffix:
-                problems.append((path, f"dangling symlink to {os.readlink(path)}"))
-            continue
-        if suffix in MARKDOWN_SUFFIXES and path.is_file():
-            out.append(path)
-    return out
+def _scan_folder(folder: str, rel: str) -> tuple[list[Found], list[tuple[str, str]], list[tuple[Path, str]]]:
+    """One folder: its Markdown files, its sub-folders (sorted) and its dangling links; all or
+    nothing, so a folder that fails half-way is reported whole."""
+    found: list[Found] = []
+    subdirs: list[tuple[str, str]] = []
+    problems: list[tuple[Path, str]] = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir():  # follows a symlinked folder, as the walk always has
+                subdirs.append((entry.path, child))
+                continue
+            suffix = os.path.splitext(entry.name)[1].lower()
+            if entry.is_symlink() and not os.path.exists(entry.path):
+                if suffix in MARKDOWN_SUFFIXES or not suffix:
+                    problems.append((Path(entry.path), f"dangling symlink to {os.readlink(entry.path)}"))
+                continue
+            if suffix in MARKDOWN_SUFFIXES and entry.is_file():
+                found.append(Found(entry.path, child, entry.stat()))
+    subdirs.sort()
+    return found, subdirs, problems
 
 
 def scan_roots(
@@ -241,35 +272,29 @@ def scan_roots(
     scope_default = only_scope or default_scope
     parsed: list[ParsedDocument] = []
     for root in roots:
-        files, problems = discover(root)
+        files, problems = walk_markdown(root)
         for path, reason in problems:
             rel = path.relative_to(root).as_posix() if path != root else ""
             result.failures.append(Failure(str(path), f"{reason}; documents recorded under it are kept"))
             result.failed_dirs.add((str(root), rel))
-        for path in files:
-            rel = path.relative_to(root).as_posix()
+        top = str(root)
+        for f in files:
+            path, rel = f.full, f.rel
             try:
-                doc, warnings = _scan_file(
-                    path,
-                    str(root),
-                    rel,
-                    scope_default,
-                    max_file_bytes,
-                    known_files.get((str(root), rel)),
-                    keep_bodies,
-                )
+                known = known_files.get((top, rel))
+                doc, warnings = _scan_file(f, top, scope_default, max_file_bytes, known, keep_bodies)
             except DocumentError as exc:
-                result.failures.append(Failure(str(path), exc.reason))
-                result.failed_paths.add((str(root), rel))
+                result.failures.append(Failure(path, exc.reason))
+                result.failed_paths.add((top, rel))
                 continue
             except OSError as exc:
-                result.failures.append(Failure(str(path), f"cannot read file: {exc.strerror or exc}"))
-                result.failed_paths.add((str(root), rel))
+                result.failures.append(Failure(path, f"cannot read file: {exc.strerror or exc}"))
+                result.failed_paths.add((top, rel))
                 continue
             if only_scope and doc.kb_scope != only_scope:
                 result.skipped_other_scope += 1
                 continue
-            result.warnings.extend(Failure(str(path), w) for w in warnings)
+            result.warnings.extend(Failure(path, w) for w in warnings)
             parsed.append(doc)
 
     _keep_one_per_source(parsed, result, known_paths or {})

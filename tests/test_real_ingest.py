@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import select
@@ -382,14 +383,27 @@ def test_a_folder_listed_but_not_searchable_is_an_error(tmp_path, settings, stor
     write_real(docs / "team")
     write_doc(docs, "top.md", source="top", scope="real", body="# Top\n\n## A\n\nTop level page.\n")
     reindex([docs], settings=settings, stores=stores)
-    real_is_symlink = Path.is_symlink
+    real_scandir = os.scandir
 
-    def is_symlink(self):  # what a folder without its x bit answers for every entry in it
-        if self.parent.name == "team":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_is_symlink(self)
+    class Unsearchable:  # what a folder without its x bit answers: names listed, none stat'ed
+        def __init__(self, entry):
+            self.entry = entry
 
-    monkeypatch.setattr(Path, "is_symlink", is_symlink)
+        def __getattr__(self, name):
+            return getattr(self.entry, name)
+
+        def stat(self, **_):
+            raise PermissionError(13, "Permission denied", self.entry.path)
+
+    @contextmanager
+    def listing(path):
+        with real_scandir(path) as entries:
+            yield [Unsearchable(e) for e in entries]
+
+    def scandir(path="."):  # tests run as root, where chmod denies nothing
+        return listing(path) if Path(path).name == "team" else real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
     summary = reindex([docs], settings=settings, stores=stores)
     monkeypatch.undo()
     assert not summary.ok and summary.removed == 0
