@@ -53,12 +53,9 @@ def mark_writing(
     """Before a batch reaches the store: each of its documents is `writing`, and its chunk count
     covers both versions, so a crash leaves a record of what to clean up."""
     for doc in docs:
-        old = plan.existing.get(doc.doc_id)
-        row = (
-            session.merge(old)
-            if old is not None
-            else session.merge(new_record(doc, n_chunks[doc.doc_id], p_hash, "writing"))
-        )
+        row = session.get(DocumentRow, (plan.kb_scope, doc.doc_id)) if doc.doc_id in plan.existing else None
+        if row is None:
+            row = session.merge(new_record(doc, n_chunks[doc.doc_id], p_hash, "writing"))
         row.status, row.file_stat = "writing", None
         row.chunk_count = max(row.chunk_count, n_chunks[doc.doc_id])
 
@@ -91,8 +88,11 @@ def finish_records(session: Session, plan: ScopePlan, written: Written, p_hash: 
         )
         delete_l0(session, plan.kb_scope, gone)
     for row, reason in plan.protected:
-        merged = session.merge(row)
-        merged.status, merged.last_error = "error", reason
+        session.execute(
+            update(DocumentRow)
+            .where(DocumentRow.kb_scope == row.kb_scope, DocumentRow.doc_id == row.doc_id)
+            .values(status="error", last_error=reason)
+        )
 
 
 def _settle_unchanged(session: Session, old: DocumentRow, doc: ParsedDocument) -> None:

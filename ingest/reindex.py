@@ -98,8 +98,8 @@ def _scan(roots: Sequence[str | Path], stores: Stores, scope: str | None, trust_
         columns += [d.status, d.extra_metadata]
     known: dict[tuple[str, str], str] = {}
     files: dict[tuple[str, str], KnownFile | None] = {}
-    with stores.sql.session() as session:
-        for r in session.execute(select(*columns)):
+    with stores.sql.session() as session:  # Core rows, not the ORM: every record is read
+        for r in session.connection().execute(select(*columns)):
             known[(r.kb_scope, r.doc_id)] = r.source_path
             if trust_stat and r.file_stat and r.language and r.status == "indexed":
                 key = (r.root, r.source_path)  # two records for one file: read it
