@@ -8,6 +8,7 @@ The clock is a shared object, so tasks that copy the context (Prefect's thread p
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -60,3 +61,18 @@ def stage(name: str) -> Iterator[None]:
         yield
     finally:
         clock.add(name, time.perf_counter() - started)
+
+
+@contextmanager
+def no_cycle_collection() -> Iterator[None]:
+    """Pause the cycle collector for a block that builds one object per document and frees
+    none (the scan, the plan): its full passes over a growing heap cost a third of a no-change
+    run at 100k chunks, and more per document as the corpus grows. Nothing is lost: cycles made
+    meanwhile are collected after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

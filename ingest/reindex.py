@@ -26,7 +26,7 @@ from sqlalchemy import select
 from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentRow, ReindexRunRow, ScopeRow, utcnow
 from kbflow.core.stores import Stores, keep_home_backend, open_stores
-from kbflow.core.timing import current_clock, stage, stage_clock
+from kbflow.core.timing import current_clock, no_cycle_collection, stage, stage_clock
 from kbflow.core.validation import validate_scope
 from kbflow.ingest.apply import apply_plan
 from kbflow.ingest.locks import ScopeLocks, scope_locks
@@ -78,7 +78,7 @@ def start(
         validate_scope(scope)
     with stage("open_stores"):
         stores = keep_home_backend(stores or open_stores(settings or Settings()))
-    with stage("scan"):
+    with stage("scan"), no_cycle_collection():
         scan = _scan(roots, stores, scope, trust_stat=not full and stores.settings.trust_file_stat)
     scan.allow_mass_delete = allow_mass_delete
     summary = ReindexSummary(mode="full" if full else "incremental", roots=scan.roots, kb_scope=scope)
@@ -145,7 +145,7 @@ def _scopes_to_visit(stores: Stores, scan: ScanResult, scope: str | None) -> lis
 def plan(stores: Stores, scope: str, scan: ScanResult, full: bool = False) -> ScopePlan:
     """The scope's plan against its records, read afresh (so a retry sees what is stored), with
     the model the scope is built with in this run (`scope_model`)."""
-    with stage("plan"):
+    with stage("plan"), no_cycle_collection():
         return _plan(stores, scope, scan, full)
 
 
