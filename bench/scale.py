@@ -187,6 +187,18 @@ def measure(chunks: int, work: Path, words: list[str], swap: bool) -> dict:
         "onechange_over_nochange": round(changed["seconds"] / same["seconds"], 2),
     }
     print(f"[{chunks}] " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    try:
+        probe(row, root, home, work, words, swap)
+    except Exception as exc:  # the row keeps what was measured, and says what failed
+        row["failed"] = f"{type(exc).__name__}: {exc}"[:500]
+        row["stopped"] = isinstance(exc, OutOfMemory)
+    print(f"[{chunks}] " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    return row
+
+
+def probe(row: dict, root: Path, home: Path, work: Path, words: list[str], swap: bool) -> None:
+    """Everything after the reindex runs: lookups, serve, the swap, the CLI, disk, the raw floor."""
+    chunks = row["chunks"]
     looked = child("lookups", str(home))
     looked["lookup_rss_mb"] = looked.pop("tree_peak_rss_mb")
     row.update(looked)
@@ -196,8 +208,8 @@ def measure(chunks: int, work: Path, words: list[str], swap: bool) -> dict:
         row.update(swap_s=round(rebuilt["seconds"], 1), swap_rss_mb=rebuilt["tree_peak_rss_mb"])
         row["swap_alias_s"] = round(rebuilt["stages"].get("alias_swap", 0.0), 2)
     row.update(
-        status_s=round(cli_seconds("status", home=home), 2),
-        docs_list_s=round(cli_seconds("docs", "list", "--json", home=home), 2),
+        status_s=cli_seconds("status", home=home),
+        docs_list_s=cli_seconds("docs", "list", "--json", home=home),
         milvus_mb=round(size_of(home / "milvus.db"), 1),
         sql_mb=round(size_of(home / "kbflow.db"), 1),
     )
@@ -206,8 +218,6 @@ def measure(chunks: int, work: Path, words: list[str], swap: bool) -> dict:
     raw["raw_rss_mb"] = raw.pop("tree_peak_rss_mb")  # measured as the reindex's, by the parent
     row.update(raw)
     shutil.rmtree(work / f"raw-{chunks}.db", ignore_errors=True)
-    print(f"[{chunks}] " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
-    return row
 
 
 def chart(rows: list[dict], path: Path) -> None:
@@ -266,12 +276,16 @@ TABLE = (
 )
 
 
+def _fmt(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int | float) else str(value)
+
+
 def print_table(rows: list[dict]) -> None:
     """A Markdown table, one column per size (what the README's Sizing section holds)."""
 
     def cell(r: dict, key: str | tuple[str, str]) -> str:
         keys = key if isinstance(key, tuple) else (key,)
-        return " / ".join(f"{r[k]:,}" if k in r else "–" for k in keys)
+        return " / ".join(_fmt(r[k]) if k in r else "–" for k in keys)
 
     print("| | " + " | ".join(f"{r['chunks']:,} chunks ({r['documents']:,} docs)" for r in rows) + " |")
     print("|---|" + "---:|" * len(rows))
@@ -320,6 +334,9 @@ def run_sizes(args: argparse.Namespace) -> tuple[list[dict], dict | None]:
                 break
             if args.rows:
                 Path(args.rows).write_text(json.dumps(rows, indent=1))
+            if rows[-1].get("stopped"):
+                stopped = {"size": n, "stopped": rows[-1]["failed"]}
+                break
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return sorted(rows, key=lambda r: r["chunks"]), stopped
@@ -341,7 +358,9 @@ def main() -> int:
         "nochange_over_walk": last["nochange_over_walk"],
         "nochange_over_walk_and_records": last.get("nochange_over_walk_and_records"),
         "onechange_over_nochange": last["onechange_over_nochange"],
-        "hybrid_p95_largest_over_smallest": round(last["hybrid_p95_ms"] / first["hybrid_p95_ms"], 2),
+        "hybrid_p95_largest_over_smallest": (
+            round(last["hybrid_p95_ms"] / first["hybrid_p95_ms"], 2) if "hybrid_p95_ms" in last else None
+        ),
         "full_s_growth_over_chunk_growth": round(last["full_s"] / first["full_s"] / growth, 2),
         "reindex_rss_largest_over_smallest": round(last["full_rss_mb"] / first["full_rss_mb"], 2),
     }

@@ -257,7 +257,12 @@ def read_doc_rows(client: MilvusClient, collection: str, scope: str, doc_ids: Se
 
 
 def count_rows(client: MilvusClient, collection: str, scope: str) -> int:
-    res = client.query(collection, filter=eq("kb_scope", validate_scope(scope)), output_fields=["count(*)"])
+    """Rows of the scope's collection, which holds that scope alone (`alias_for`): counted
+    without a filter, which Milvus answers from its segments, where a filtered count makes
+    Milvus Lite evaluate it row by row (6.7 s and +470 MB at 100k chunks; at 1M `kbflow status`
+    was killed for memory on a 24 GiB machine)."""
+    validate_scope(scope)
+    res = client.query(collection, filter="", output_fields=["count(*)"])
     return int(res[0]["count(*)"]) if res else 0
 
 
