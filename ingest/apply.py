@@ -92,7 +92,7 @@ def apply_incremental(
             upsert_scope_row(
                 session, scope, alias, target, scope_row.analyzer, model_id, scope_row.dim, lexical.version
             )
-        elif plan.to_write or plan.stale:
+        elif changing:
             session.get(ScopeRow, scope).updated_at = utcnow()  # `status` shows when it last changed
     count_plan(summary, plan)
     return summary

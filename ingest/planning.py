@@ -24,17 +24,25 @@ from kbflow.core.sql import DocumentRow
 from kbflow.ingest.parsing import DocumentError, ParsedDocument, parse_document, read_text
 from kbflow.ingest.sources import Failure, ScanResult
 
+RECORD_COLUMNS = (
+    "kb_scope", "doc_id", "root", "source_path", "content_hash", "pipeline_hash", "chunk_count",
+    "status", "created_at", "indexed_at", "file_stat", "language",
+)
+# A record as the plan holds it: a read-only row with RECORD_COLUMNS as attributes (`read_records`;
+# a DocumentRow has them too). Never written back: the writer loads what it writes.
+Record = Any
+
 
 @dataclass
 class ScopePlan:
     kb_scope: str
     docs: list[ParsedDocument]  # every good document of this run in the scope
-    existing: dict[str, DocumentRow]  # record rows of the scope, by doc_id (= source)
+    existing: dict[str, Record]  # record rows of the scope, by doc_id (= source)
     to_write: list[ParsedDocument]  # new or changed (or interrupted, or moved to a new path)
     unchanged: list[ParsedDocument]  # nothing to write (their record may still move root)
-    stale: list[DocumentRow]  # gone from the source: removed by this run
-    protected: list[tuple[DocumentRow, str]]  # failed or unseen this run: last good kept
-    keep: list[DocumentRow]  # not owned by this run (other roots), left as is
+    stale: list[Record]  # gone from the source: removed by this run
+    protected: list[tuple[Record, str]]  # failed or unseen this run: last good kept
+    keep: list[Record]  # not owned by this run (other roots), left as is
     failures: list[Failure] = field(default_factory=list)  # reported against files or roots
     abandoned: list[str] = field(default_factory=list)  # new documents the store refused
     model: ModelChoice | None = None  # the scope's embedding model for this run (None: the settings')
@@ -62,13 +70,9 @@ class ScopePlan:
         self.to_write = [d for d in self.to_write if d.doc_id not in refused]
 
 
-RECORD_COLUMNS = (
-    "kb_scope", "doc_id", "root", "source_path", "content_hash", "pipeline_hash", "chunk_count",
-    "status", "created_at", "indexed_at", "file_stat", "language",
-)
 
 
-def read_records(session: Session, scope: str) -> list[Any]:
+def read_records(session: Session, scope: str) -> list[Record]:
     """The scope's record rows: what `plan_scope` diffs the scan against. Plain read-only rows
     with the record's attributes, not ORM objects: a no-change run reads every record, and an
     ORM object costs ten times as much (0.65 s of a 100k-chunk no-change run)."""
@@ -78,7 +82,7 @@ def read_records(session: Session, scope: str) -> list[Any]:
 
 
 def plan_scope(
-    records: Sequence[DocumentRow],
+    records: Sequence[Record],
     scope: str,
     scan: ScanResult,
     settings: Settings,
@@ -155,7 +159,7 @@ def move_notes(moved: dict[tuple[str, str], int]) -> list[str]:
 
 
 def _renamed_roots(
-    rows: Sequence[DocumentRow], moved: dict[tuple[str, str], int], seen: set[str], roots: Sequence[str]
+    rows: Sequence[Record], moved: dict[tuple[str, str], int], seen: set[str], roots: Sequence[str]
 ) -> set[str]:
     """Recorded roots that no longer exist and whose documents turned up under this run's roots:
     renamed (or a link re-pointed), so what did not turn up was deleted. At least as many must
@@ -186,7 +190,7 @@ def _same_directories(recorded: set[str], roots: Sequence[str]) -> set[str]:
     return out
 
 
-def _claimed_elsewhere(row: DocumentRow, doc: ParsedDocument) -> bool:
+def _claimed_elsewhere(row: Record, doc: ParsedDocument) -> bool:
     """True when the recorded file still exists, is another file, and still claims this source
     (then two files claim one id). A moved file, or one whose source changed, is no conflict."""
     old = Path(row.root) / row.source_path
@@ -202,7 +206,7 @@ def _claimed_elsewhere(row: DocumentRow, doc: ParsedDocument) -> bool:
     return other.doc_id == doc.doc_id
 
 
-def _unseen_reason(scan: ScanResult, row: DocumentRow) -> str:
+def _unseen_reason(scan: ScanResult, row: Record) -> str:
     path = str(Path(row.root) / row.source_path)
     reason = next((f.reason for f in scan.failures if f.path == path), None)
     return reason or "a folder or link above this file could not be read this run; last good version kept"

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from kbflow.core.sql import DocumentRow, ScopeRow, utcnow
 from kbflow.ingest.l0_index import delete_l0, write_l0_many
 from kbflow.ingest.parsing import ParsedDocument
-from kbflow.ingest.planning import ScopePlan
+from kbflow.ingest.planning import Record, ScopePlan
 from kbflow.ingest.writing import Written
 
 _BATCH = 500  # records replaced per statement: few round trips, bounded memory
@@ -95,7 +95,7 @@ def finish_records(session: Session, plan: ScopePlan, written: Written, p_hash: 
         )
 
 
-def _settle_unchanged(session: Session, old: DocumentRow, doc: ParsedDocument) -> None:
+def _settle_unchanged(session: Session, old: Record, doc: ParsedDocument) -> None:
     """An unchanged document's record: re-rooted and `indexed` again if need be, and its file's
     stat kept up to date (so the next run need not read it). Only rows that differ are written."""
     values: dict[str, object] = {}
