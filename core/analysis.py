@@ -202,3 +202,14 @@ class LexicalConfig:
 
 def analyze_terms(text: str) -> list[str]:
     return analyze(text).split()
+
+
+_FIELDS = LexicalConfig("stem+ids", True)
+
+
+@lru_cache(maxsize=8192)
+def chunk_terms(title: str, breadcrumb: str, text: str) -> frozenset[str]:
+    """A chunk's analysed terms (stemmed, identifiers split, title and breadcrumb included): what
+    the gate's coverage reads and what a scope's vocabulary counts. Cached, since the same chunks
+    come back across lookups."""
+    return frozenset(_FIELDS.index_text(title, breadcrumb, text).split())

@@ -113,6 +113,27 @@ class L0TermRow(Base):
     )
 
 
+class DocumentTermsRow(Base):
+    """A document's analysed terms (space-separated), as its chunks were indexed: what its
+    document frequencies were counted from, so a changed or removed document is counted off
+    exactly (core.vocabulary)."""
+
+    __tablename__ = "document_terms"
+    kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    doc_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    terms: Mapped[str] = mapped_column(Text, default="")
+
+
+class ScopeTermRow(Base):
+    """In how many of a scope's documents a term occurs (term "" counts the documents): the
+    scope's vocabulary, kept in step with document_terms by every write."""
+
+    __tablename__ = "scope_terms"
+    kb_scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    term: Mapped[str] = mapped_column(String(256), primary_key=True)
+    df: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class EmbeddingCacheRow(Base):
     __tablename__ = "embedding_cache"
     model_id: Mapped[str] = mapped_column(String(512), primary_key=True)

@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from kbflow.core.analysis import CJK, analyze, jieba_module
+from kbflow.core.analysis import CJK, analyze, chunk_terms, jieba_module
 from kbflow.evaluation.vocabulary import Vocabulary
-from kbflow.retrieval.gate import chunk_terms, query_terms
+from kbflow.retrieval.gate import query_terms
 from kbflow.retrieval.quality import content_terms
 
 ZIPF_SPAN = 6.0  # zipf 6 (one word in a thousand: "how", "怎么") is common; 0 is unseen

@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kbflow.core.analysis import chunk_terms
 from kbflow.core.chunk_store import ChunkRow
-from kbflow.retrieval.gate import chunk_terms
 
 
 @dataclass(frozen=True)

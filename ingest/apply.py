@@ -22,6 +22,7 @@ from kbflow.ingest.records import finish_records, mark_writing, upsert_scope_row
 from kbflow.ingest.scope_config import check_scope_config, lexical_config, pipeline_hash
 from kbflow.ingest.sources import Failure
 from kbflow.ingest.summary import ScopeSummary, count_plan
+from kbflow.ingest.vocabulary import backfill
 from kbflow.ingest.writing import Encoder, Progress, Written, stream_write
 
 
@@ -94,6 +95,7 @@ def apply_incremental(
             )
         elif changing:
             session.get(ScopeRow, scope).updated_at = utcnow()  # `status` shows when it last changed
+    backfill(stores, scope, target)  # a scope indexed before kbflow counted its vocabulary
     count_plan(summary, plan)
     return summary
 

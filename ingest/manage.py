@@ -21,6 +21,7 @@ from kbflow.core.errors import InputError
 from kbflow.core.sql import DocumentRow, L0EntryRow, L0TermRow, ScopeRow
 from kbflow.core.stores import Stores
 from kbflow.core.validation import validate_scope
+from kbflow.core.vocabulary import forget_documents, forget_scope
 from kbflow.ingest.l0_index import delete_l0
 from kbflow.ingest.locks import scope_locks
 from kbflow.ingest.sources import normalize_root
@@ -143,6 +144,7 @@ def _remove_scope(stores: Stores, plan: ScopeRemoval) -> None:
     with stores.sql.session() as session, session.begin():
         session.execute(delete(L0TermRow).where(L0TermRow.kb_scope == scope))
         session.execute(delete(L0EntryRow).where(L0EntryRow.kb_scope == scope))
+        forget_scope(session, scope)
         session.execute(delete(DocumentRow).where(DocumentRow.kb_scope == scope))
         session.execute(delete(ScopeRow).where(ScopeRow.kb_scope == scope))
     if plan.alias is not None:
@@ -226,6 +228,7 @@ def _forget_in_scope(stores: Stores, share: RootRemoval) -> None:
         for i in range(0, len(doc_ids), BATCH):
             batch = doc_ids[i : i + BATCH]
             delete_l0(session, scope, batch)
+            forget_documents(session, scope, batch)
             session.execute(
                 delete(DocumentRow).where(
                     DocumentRow.kb_scope == scope, DocumentRow.root == root, DocumentRow.doc_id.in_(batch)

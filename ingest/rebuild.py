@@ -21,6 +21,7 @@ from kbflow.ingest.planning import ScopePlan
 from kbflow.ingest.records import finish_records, upsert_scope_row
 from kbflow.ingest.scope_config import choose_analyzer, lexical_config, pipeline_hash
 from kbflow.ingest.summary import ScopeSummary, count_plan
+from kbflow.ingest.vocabulary import backfill
 from kbflow.ingest.writing import Encoder, Progress, embed_texts, relex, stream_write
 
 
@@ -80,6 +81,7 @@ def rebuild(
     with stage("alias_swap"):
         store.drop_unaliased(alias, physical)
     _report(progress, 3)  # the old collection is dropped
+    backfill(stores, scope, physical)  # documents copied from a collection built before vocabularies
     summary.physical_collection = physical
     count_plan(summary, plan, full=True)
     return summary

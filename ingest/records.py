@@ -10,6 +10,7 @@ from sqlalchemy import delete, insert, update
 from sqlalchemy.orm import Session
 
 from kbflow.core.sql import DocumentRow, ScopeRow, utcnow
+from kbflow.core.vocabulary import forget_documents
 from kbflow.ingest.l0_index import delete_l0, write_l0_many
 from kbflow.ingest.parsing import ParsedDocument
 from kbflow.ingest.planning import Record, ScopePlan
@@ -87,6 +88,7 @@ def finish_records(session: Session, plan: ScopePlan, written: Written, p_hash: 
             delete(DocumentRow).where(DocumentRow.kb_scope == plan.kb_scope, DocumentRow.doc_id.in_(gone))
         )
         delete_l0(session, plan.kb_scope, gone)
+        forget_documents(session, plan.kb_scope, gone)
     for row, reason in plan.protected:
         session.execute(
             update(DocumentRow)

@@ -20,6 +20,7 @@ from kbflow.core.settings import Settings
 from kbflow.core.stores import Stores, is_transient
 from kbflow.core.timing import stage
 from kbflow.core.validation import doc_key
+from kbflow.core.vocabulary import count_documents, document_terms
 from kbflow.ingest.chunking import Chunk, chunk_markdown
 from kbflow.ingest.l0_index import L0Entry, build_l0_entry
 from kbflow.ingest.parsing import DocumentError, ParsedDocument
@@ -74,6 +75,8 @@ def stream_write(
         with stage("store_insert"):
             refused = write_documents(stores.chunks, collection, rows)
         out.refused.update(refused)
+        with stage("vocabulary"):
+            count_written(stores, batch, rows, refused)
         with stage("l0_build"):
             for d in batch:
                 if d.doc_id not in refused:
@@ -85,6 +88,23 @@ def stream_write(
             progress("embed", done, total)
             progress("write", done, total)
     return out
+
+
+def count_written(
+    stores: Stores, batch: Sequence[ParsedDocument], rows: dict[str, list[ChunkRow]], refused: dict[str, str]
+) -> None:
+    """The scope's vocabulary counts the batch's written documents (their old version off, the
+    new on), from the very fields the gate reads. A refused document keeps what was counted for
+    the version the store still holds."""
+    if not batch:
+        return
+    terms = {
+        d.doc_id: document_terms((r.title, r.breadcrumb, r.text) for r in rows[d.doc_id])
+        for d in batch
+        if d.doc_id not in refused
+    }
+    with stores.sql.session() as session, session.begin():
+        count_documents(session, batch[0].kb_scope, terms)
 
 
 def _batches(
