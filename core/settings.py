@@ -249,9 +249,21 @@ class Settings(BaseSettings):
     )
     # Empty = the calibration's (kbflow eval calibrate; the packaged model ships one). Set, they
     # override it for every scope.
-    usable_floor: float | None = Field(None, ge=0, le=1, description="Below it: not evidence.")
-    reference_threshold: float | None = Field(None, ge=0, le=1, description="Below it: weak evidence.")
-    precise_threshold: float | None = Field(None, ge=0, le=1, description="At or above it: PRECISE.")
+    usable_floor: float | None = Field(None, ge=0, le=1, description="Quality below it: not evidence.")
+    reference_threshold: float | None = Field(
+        None, ge=0, le=1, description="Below it: weak evidence (on the level model's confidence where the "
+        "calibration has one, else on quality)."
+    )
+    precise_threshold: float | None = Field(
+        None, ge=0, le=1, description="At or above it: PRECISE (on the same score as the reference)."
+    )
+    level_by_coverage: bool = Field(
+        True,
+        description="Levels ask that the evidence cover the question: the calibration's level model reads "
+        "each question word's weight (one embedding per word, at most 16, for lookups with usable evidence) "
+        "and which words the evidence and the scope have. False: levels read quality alone (cheaper, and "
+        "confidently wrong more often on single-product scopes).",
+    )
     fallback_enabled: bool = Field(True, description="Retry a weak filtered attempt once without the filter.")
     lexical_quality_analyzers: list[Analyzer] = Field(
         default_factory=lambda: ["jieba"],

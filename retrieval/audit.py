@@ -48,9 +48,15 @@ def _redacted(result: LookupResult) -> dict[str, Any]:
             "selectedAttempt": trace.selected_attempt,
             "fallbackReason": trace.fallback_reason,
             "timingsMs": trace.timings_ms,
-            "gate": trace.gate.to_json() if trace.gate else None,
+            "gate": _gate_without_words(result),
         },
     }
+
+
+def _gate_without_words(result: LookupResult) -> dict[str, Any] | None:
+    """The gate's trace less the question's words the evidence lacks (they are the question's)."""
+    gate = result.retrieval_trace.gate
+    return {k: v for k, v in gate.to_json().items() if k != "uncovered"} if gate else None
 
 
 def audit_row(

@@ -2,8 +2,9 @@
 scope) by `kbflow eval calibrate`; one stored for (model, "*"); the default shipped for each
 packaged model (`default_calibration.json` for all-MiniLM-L6-v2, fitted on the golden corpus
 and CACM; `default_calibration.multilingual-e5-small.json`, fitted on the Chinese golden corpus
-and starrocks-faq-zh); else the plain cosine. Thresholds set in Settings override whichever
-applies."""
+and starrocks-faq-zh); else the plain cosine. A calibration without a level model borrows the
+packaged one of its model (fitted on the small-scope trust set and the golden corpus: `python
+bench/trust.py --fit`). Thresholds set in Settings override whichever applies."""
 
 from __future__ import annotations
 
@@ -62,21 +63,22 @@ def resolve(sql: SqlStore, settings: Settings, model_id: str, scope: str, lexica
     if lexical:
         cal = LEXICAL
     else:
-        cal = stored(sql, model_id, scope)
-        if cal is None:  # a packaged model's default serves each of its backends
-            cal = packaged_default(base_model_id(model_id))
-        if cal is None:
-            cal = Calibration(model_id=model_id)
+        packaged = packaged_default(base_model_id(model_id))  # serves each of the model's backends
+        cal = stored(sql, model_id, scope) or packaged or Calibration(model_id=model_id)
+        if packaged is not None:  # a calibration stored without a level model borrows the packaged one
+            cal = cal.with_levels(packaged.levels)
     return cal.with_overrides(settings.usable_floor, settings.reference_threshold, settings.precise_threshold)
 
 
 def describe(
-    sql: SqlStore, model_id: str, scope: str, rebuilt: datetime | None = None
+    sql: SqlStore, model_id: str, scope: str, rebuilt: datetime | None = None, documents: int | None = None
 ) -> dict[str, str]:
     """Which calibration a scope's lookups use, for `kbflow status`: its origin (labelled, self,
     self + labelled, packaged, none), the scope it was stored for, when, and from what; `stale`
-    when it was fitted before the scope's collection was last rebuilt (`rebuilt`)."""
+    when it was fitted before the scope's collection was last rebuilt (`rebuilt`); `unfit` when
+    the scope's `documents` lie outside what its level model was fitted on."""
     found = _stored_row(sql, model_id, scope)
+    packaged = packaged_default(base_model_id(model_id))
     if found is not None:
         key, params, created = found
         cal = Calibration.from_dict(params)
@@ -84,11 +86,37 @@ def describe(
                "created_at": created.isoformat(timespec="seconds") if created else "", "source": cal.source}
         if key == scope and rebuilt and created and created < rebuilt:
             out["stale"] = f"fitted before the last full rebuild ({rebuilt:%Y-%m-%d %H:%M} UTC)"
-        return out
-    packaged = packaged_default(base_model_id(model_id))
+    elif packaged is not None:
+        cal = packaged
+        out = {"origin": "packaged", "stored_for": "", "created_at": "", "source": packaged.source}
+    else:
+        return {"origin": "none", "stored_for": "", "created_at": "", "source": Calibration().source}
     if packaged is not None:
-        return {"origin": "packaged", "stored_for": "", "created_at": "", "source": packaged.source}
-    return {"origin": "none", "stored_for": "", "created_at": "", "source": Calibration().source}
+        cal = cal.with_levels(packaged.levels)
+    unfit = fit_note(cal, scope, documents)
+    if unfit:
+        out["unfit"] = unfit
+    return out
+
+
+SIZE_SPAN = 10  # a scope up to this many times the largest one fitted on is still "like" them
+
+
+def fit_note(cal: Calibration, scope: str, documents: int | None) -> str:
+    """What to do when a scope is much smaller or larger than the scopes its level model was
+    fitted on (the level then is a forecast from unlike data); "" when it is within them."""
+    span = cal.levels.get("scope_documents") if cal.judges_coverage else None
+    if not span or documents is None:
+        return ""
+    low, high = span
+    if low <= documents <= high * SIZE_SPAN:
+        return ""
+    return (
+        f"its level model was fitted on scopes of {low}-{high} documents and this one has {documents}: "
+        "its levels are a forecast from unlike scopes. Label about ten questions of this scope as golden "
+        "cases (answerable ones naming their documents, near- and off-domain ones marked \"negative\") and "
+        f"run `kbflow eval calibrate --golden --cases FILE --scope {scope}` to fit it here"
+    )
 
 
 def store(sql: SqlStore, cal: Calibration, data: dict) -> None:

@@ -67,6 +67,10 @@ class Hit(ChunkRef):
     quality_signal: Literal["dense", "lexical"] = "dense"
     quality_score: float | None = None
     signals: dict[str, float] = Field(default_factory=dict)  # what the quality was computed from
+    # the level model's probability that it answers the question (usable evidence only)
+    confidence: float | None = None
+    uncovered: list[str] = Field(default_factory=list)  # the question's words it lacks, weightiest first
+    vector: list[float] | None = Field(None, exclude=True, repr=False)  # its stored embedding
 
     @field_validator("score_label", mode="before")
     @classmethod
@@ -81,7 +85,10 @@ class Hit(ChunkRef):
 class Evidence(ChunkRef):
     excerpt: str
     quality_score: float
-    weak: bool = False  # between the usable floor and the reference threshold: relevance none
+    weak: bool = False  # usable, but below the REFERENCE level: relevance none
+    # the probability that it answers the question (the level model; None: levels read quality)
+    confidence: float | None = None
+    uncovered: list[str] = Field(default_factory=list)  # the question's weightiest words it lacks
     signals: dict[str, float] = Field(default_factory=dict)
     dense_rank: int | None = None  # its rank in the dense leg's list (None: not in it)
     sparse_rank: int | None = None  # its rank in the BM25 leg's list
@@ -112,6 +119,13 @@ class GateTrace(Contract):
     floor: float | None = None
     reference: float | None = None
     precise: float | None = None
+    # the level, from the first piece of evidence: confidence = sigmoid(bias + sum weight * signal)
+    # over its quality and coverage signals; empty weights: the level reads quality
+    first_evidence_key: str | None = None
+    confidence: float | None = None
+    level_weights: dict[str, float] = Field(default_factory=dict)
+    level_signals: dict[str, float] = Field(default_factory=dict)
+    uncovered: list[str] = Field(default_factory=list)
 
 
 class RetrievalTrace(Contract):

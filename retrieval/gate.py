@@ -13,9 +13,13 @@ quality reads as the probability that the chunk is relevant. The `cosine` kind i
 clamped cosine, for models nobody calibrated. Cosine alone cannot separate near-domain
 questions from answerable ones (their ranges overlap), which is why coverage takes part.
 
-Three thresholds act on that quality: below `floor` a candidate is not evidence (an answer
-with none is "no usable evidence"); between `floor` and `reference` it is returned as *weak*
-(relevance none); `reference` and `precise` give the REFERENCE and PRECISE levels.
+Below `floor` a candidate is not evidence (an answer with none is "no usable evidence"). Above
+it, the level asks more than the decision to answer: a calibration with a `levels` model gives
+each piece of evidence a *confidence*, the probability that it answers the question, from its
+quality and from how much of the question it covers (`support.py`); `levels["reference"]` and
+`levels["precise"]` on that confidence give REFERENCE and PRECISE, and below them the evidence is
+*weak*. A calibration without one (uncalibrated, lexical, or stored before levels existed and
+with no packaged model to borrow from) puts `reference` and `precise` on quality itself.
 """
 
 from __future__ import annotations
@@ -23,10 +27,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import Any
 
-from kbflow.core.analysis import LexicalConfig, analyze
+from kbflow.core.analysis import analyze, chunk_terms
 
 # Measured, not assumed: BM25 strength per query term and the lift of a chunk's cosine over the
 # dense leg's top-10 mean were tried as extra features and changed no rate on the golden corpus
@@ -46,6 +49,9 @@ class Calibration:
     kb_scope: str = "*"
     source: str = "uncalibrated: quality is the clamped cosine"
     origin: str = ""  # what it was fitted on: labelled | self | self + labelled ("" = packaged/none)
+    # the level model: {"weights": {bias, quality, specific, support, unknown}, "reference",
+    # "precise", "source"}; empty: the level reads quality (support.level_score)
+    levels: dict[str, Any] = field(default_factory=dict)
 
     def quality(self, signals: Mapping[str, float]) -> float:
         if self.kind == "lexical":  # a model that cannot embed the scope's language
@@ -76,30 +82,40 @@ class Calibration:
             return self
         data = {**self.to_dict(), **changes}
         data["source"] = f"{self.source}; thresholds {sorted(changes)} from settings"
+        if self.levels:  # the level thresholds act on the level model's confidence
+            data["levels"] = {**self.levels, **{k: v for k, v in changes.items() if k != "floor"}}
+            data["reference"], data["precise"] = self.reference, self.precise
         return Calibration.from_dict(data)
 
-    def level(self, quality: float) -> str | None:
-        if quality >= self.precise:
+    @property
+    def judges_coverage(self) -> bool:
+        """Levels come from the level model (quality and the question's coverage)."""
+        return bool(self.levels.get("weights")) and self.kind == "logistic"
+
+    def with_levels(self, levels: Mapping[str, Any]) -> Calibration:
+        """This calibration with `levels` as its level model, unless it has one of its own."""
+        if self.levels or not levels:
+            return self
+        return Calibration.from_dict({**self.to_dict(), "levels": dict(levels)})
+
+    def level(self, quality: float, confidence: float | None = None) -> str | None:
+        """REFERENCE, PRECISE or None (weak) for a piece of evidence: on its confidence when the
+        calibration has a level model and the confidence was measured, else on its quality."""
+        score, reference, precise = quality, self.reference, self.precise
+        if self.judges_coverage and confidence is not None:
+            score, reference, precise = confidence, self.levels["reference"], self.levels["precise"]
+        if score >= precise:
             return "PRECISE"
-        return "REFERENCE" if quality >= self.reference else None
+        return "REFERENCE" if score >= reference else None
 
     @property
     def label(self) -> str:
-        return f"{self.kind} for {self.model_id or 'any model'} @ {self.kb_scope}: {self.source}"
+        levels = f"; level model {self.levels.get('source', '')}" if self.judges_coverage else ""
+        return f"{self.kind} for {self.model_id or 'any model'} @ {self.kb_scope}: {self.source}{levels}"
 
 
 def query_terms(query: str) -> set[str]:
     return set(analyze(query).split())
-
-
-_FIELDS = LexicalConfig("stem+ids", True)
-
-
-@lru_cache(maxsize=8192)
-def chunk_terms(title: str, breadcrumb: str, text: str) -> frozenset[str]:
-    """A chunk's analysed terms; cached, since the same chunks come back across lookups and
-    both the fusion's trust and the gate ask for them."""
-    return frozenset(_FIELDS.index_text(title, breadcrumb, text).split())
 
 
 def coverage(q_terms: set[str], title: str, breadcrumb: str, text: str) -> float:

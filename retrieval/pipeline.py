@@ -12,17 +12,19 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import func, select
 
-from kbflow.core.analysis import LexicalConfig
+from kbflow.core.analysis import LexicalConfig, chunk_terms
 from kbflow.core.embedder import DEFAULT_MODEL_ID, Embedder, base_model_id, get_embedder, split_model_id
 from kbflow.core.errors import InputError, StoreError
 from kbflow.core.settings import Settings
 from kbflow.core.sql import CalibrationRow, ScopeRow
 from kbflow.core.stores import Stores, query_threads
 from kbflow.core.validation import validate_scope
-from kbflow.retrieval import calibration
+from kbflow.core.vocabulary import Vocabulary
+from kbflow.core.vocabulary import read as read_vocabulary
+from kbflow.retrieval import calibration, support
 from kbflow.retrieval.assemble import Request, assemble
 from kbflow.retrieval.audit import write_audit
-from kbflow.retrieval.contracts import AttemptTrace, L0Navigation, LookupResult
+from kbflow.retrieval.contracts import AttemptTrace, Hit, L0Navigation, LookupResult
 from kbflow.retrieval.fallback import with_fallback
 from kbflow.retrieval.gate import Calibration
 from kbflow.retrieval.l0_navigation import navigate
@@ -71,6 +73,8 @@ class _Run:
     nav: L0Navigation
     timer: _Timer
     candidates: dict[str, list] = field(default_factory=dict)
+    profiles: dict[str, support.Profile] = field(default_factory=dict)  # per model, made when first needed
+    vocabularies: dict[str, Vocabulary] = field(default_factory=dict)  # per scope
 
 
 def _postprocess_config(s: Settings) -> PostprocessConfig:
@@ -231,9 +235,12 @@ class Retriever:
         hits = self._search(run.targets, run.request.query, run.vectors, run.spec, category)
         st = run.timer.stage("search", started)
         hits = attach_l0_reasons(score_hits(hits, run.request.query, run.cals), run.nav)
-        processed = postprocess(hits, _postprocess_config(self.settings), run.cals)
+        judged = run.timer.timings.get("support", 0.0)
+        judge = (lambda usable: self._judge(run, usable)) if self.settings.level_by_coverage else None
+        processed = postprocess(hits, _postprocess_config(self.settings), run.cals, judge)
         run.candidates[name] = processed.ranked
         run.timer.stage("postprocess", st)
+        run.timer.timings["postprocess"] -= run.timer.timings.get("support", 0.0) - judged
         trace = AttemptTrace(
             attempt=name,
             query_used=run.request.query,
@@ -246,6 +253,45 @@ class Retriever:
             elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
         )
         return processed, trace
+
+    def _judge(self, run: _Run, hits: list[Hit]) -> list[Hit]:
+        """Usable hits with their confidence: the level model of their scope's calibration over
+        their quality and how much of the question they cover (`support.py`)."""
+        started = time.perf_counter()
+        out = []
+        for h in hits:
+            cal = run.cals[h.kb_scope]
+            if cal.kind != "logistic" or h.quality_signal == "lexical":
+                out.append(h)  # an uncalibrated or lexical gate: levels read quality
+                continue
+            model = next(tg.model_id for tg in run.targets if tg.kb_scope == h.kb_scope)
+            prof = self._profile(run, model)
+            vocab = self._vocabulary(run, h.kb_scope, prof)
+            terms = chunk_terms(h.title, h.breadcrumb, h.content)
+            quality = h.quality_score or 0.0
+            update = support.judge(cal, quality, prof, run.vectors[model], h.vector, terms, vocab)
+            update["signals"] = {**h.signals, **update["signals"]}
+            out.append(h.model_copy(update=update))
+        run.timer.stage("support", started)
+        return out
+
+    def _profile(self, run: _Run, model_id: str) -> support.Profile:
+        if model_id not in run.profiles:
+            embedder = self._embedder(model_id)
+            threads = query_threads(self.settings)
+
+            def embed(texts: list[str]) -> np.ndarray:
+                return embedder.encode_queries(texts, threads)
+
+            run.profiles[model_id] = support.profile(run.request.query, run.vectors[model_id], embed)
+        return run.profiles[model_id]
+
+    def _vocabulary(self, run: _Run, scope: str, prof: support.Profile) -> Vocabulary:
+        if scope not in run.vocabularies:
+            terms = {t for w in prof.words for t in w.terms} | {support.joined(w) for w in prof.words}
+            with self.stores.sql.session() as session:
+                run.vocabularies[scope] = read_vocabulary(session, scope, terms, run.spec.exclude)
+        return run.vocabularies[scope]
 
     def lookup(
         self,

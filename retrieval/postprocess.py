@@ -1,20 +1,23 @@
 """Post-processing: score, keep the fused order, merge duplicates, cap, level, gate.
 
-Two things run in parallel and must not be confused: the *level* and the fallback trigger read
-the whole ranked list's best quality; the *output* is the deduplicated, capped evidence.
-Quality never re-sorts anything — a higher-quality hit ranked lower stays lower. Each hit is
-judged by its own scope's calibration (`gate.Calibration`): below its floor it is not evidence,
-below its reference threshold it is returned as weak.
+Quality never re-sorts anything: a higher-quality hit ranked lower stays lower. Each hit is
+judged by its own scope's calibration (`gate.Calibration`): below its floor it is not evidence;
+above it, its level (from the level model's confidence, or from quality where the calibration
+has none) makes it REFERENCE, PRECISE or weak. With a level model the lookup's level is the
+first piece of evidence's: a weak first answer with a confident third is still a weak answer. On
+quality alone it is the best candidate's in the ranked (not deduplicated) list, as SPEC §3.4 has
+it, and that quality level is what the fallback reads either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kbflow.retrieval.contracts import Evidence, GateTrace, Hit, L0Navigation, RelevanceLevel
 from kbflow.retrieval.gate import Calibration, query_terms, signals_for
 from kbflow.retrieval.quality import lexical_coverage
+from kbflow.retrieval.support import SIGNALS as LEVEL_INPUTS
 
 LEVELS = {"PRECISE": 2, "REFERENCE": 1}
 
@@ -31,7 +34,9 @@ class Processed:
     evidence: list[Evidence]  # usable, deduplicated, capped; still in originalRank order
     top_quality: float | None
     relevance_level: RelevanceLevel | None
-    low_quality: bool  # no evidence at or above its reference threshold: the fallback trigger
+    # the fallback trigger: no candidate at REFERENCE on quality. It stays on quality: a retry is
+    # about retrieval (did the filtered search find strong candidates?), the level about the answer
+    low_quality: bool
 
 
 def score_hits(hits: Sequence[Hit], query: str, calibrations: Mapping[str, Calibration]) -> list[Hit]:
@@ -69,6 +74,8 @@ def _evidence(h: Hit, weak: bool) -> Evidence:
         excerpt=h.content,
         quality_score=round(h.quality_score or 0.0, 4),
         weak=weak,
+        confidence=h.confidence,
+        uncovered=list(h.uncovered),
         signals=dict(h.signals),
         original_rank=h.original_rank,
         hit_reasons=list(h.hit_reasons),
@@ -77,40 +84,66 @@ def _evidence(h: Hit, weak: bool) -> Evidence:
     )
 
 
-def postprocess(
-    hits: Sequence[Hit], cfg: PostprocessConfig, calibrations: Mapping[str, Calibration]
-) -> Processed:
-    ranked = sorted(hits, key=lambda h: h.original_rank)
-    qualities = [h.quality_score for h in ranked if h.quality_score is not None]
-    top = max(qualities) if qualities else None
-    levels = [calibrations[h.kb_scope].level(h.quality_score or 0.0) for h in ranked]
-    level = max((lv for lv in levels if lv), key=LEVELS.__getitem__, default=None)
+Judge = Callable[[list[Hit]], list[Hit]]  # usable hits -> the same, confidence filled in
 
-    merged: dict[tuple[str, str], Evidence] = {}
+
+def _usable(
+    ranked: Sequence[Hit], cfg: PostprocessConfig, calibrations: Mapping[str, Calibration]
+) -> list[Hit]:
+    """The usable hits in rank order: above their scope's floor, one per evidence key (a repeat
+    from another leg or scope lends its hit reasons and breadcrumb), at most
+    `max_chunks_per_document` per document and `return_n` in all."""
+    merged: dict[tuple[str, str], Hit] = {}
     for h in ranked:
         key = (h.kb_scope, h.evidence_key)
-        if key in merged:  # the same chunk again (another leg / scope): merge, keep first
+        if key in merged:
             first = merged[key]
-            first.hit_reasons = sorted({*first.hit_reasons, *h.hit_reasons})
-            first.breadcrumb = first.breadcrumb or h.breadcrumb
+            merged[key] = first.model_copy(update={
+                "hit_reasons": sorted({*first.hit_reasons, *h.hit_reasons}),
+                "breadcrumb": first.breadcrumb or h.breadcrumb,
+            })
             continue
-        cal = calibrations[h.kb_scope]
-        if (h.quality_score or 0.0) < cal.floor:
-            continue  # not usable evidence (it still counted for the level above)
-        merged[key] = _evidence(h, weak=(h.quality_score or 0.0) < cal.reference)
+        if (h.quality_score or 0.0) >= calibrations[h.kb_scope].floor:
+            merged[key] = h
     per_doc: dict[tuple[str, str], int] = {}
-    evidence: list[Evidence] = []
-    for ev in merged.values():
-        doc = (ev.kb_scope, ev.doc_id)
+    out: list[Hit] = []
+    for h in merged.values():
+        doc = (h.kb_scope, h.doc_id)
         if per_doc.get(doc, 0) >= cfg.max_chunks_per_document:
             continue
         per_doc[doc] = per_doc.get(doc, 0) + 1
-        evidence.append(ev)
-        if len(evidence) >= cfg.return_n:
+        out.append(h)
+        if len(out) >= cfg.return_n:
             break
-    return Processed(
-        ranked=ranked, evidence=evidence, top_quality=top, relevance_level=level, low_quality=level is None
-    )
+    return out
+
+
+def postprocess(
+    hits: Sequence[Hit],
+    cfg: PostprocessConfig,
+    calibrations: Mapping[str, Calibration],
+    judge: Judge | None = None,
+) -> Processed:
+    """The evidence and its level. `judge` gives the usable hits their confidence (the level
+    model); each piece of evidence is then weak or not by its own level. The lookup's level is
+    the first piece's where the level model judged it (what an agent reads first is what it
+    vouches for), else the best level on quality in the ranked list."""
+    ranked = sorted(hits, key=lambda h: h.original_rank)
+    qualities = [h.quality_score for h in ranked if h.quality_score is not None]
+    top = max(qualities) if qualities else None
+    usable = _usable(ranked, cfg, calibrations)
+    if judge is not None and usable:
+        usable = judge(usable)
+        judged = {(h.kb_scope, h.original_rank): h for h in usable}
+        ranked = [judged.get((h.kb_scope, h.original_rank), h) for h in ranked]  # the candidates show it too
+    levels = [calibrations[h.kb_scope].level(h.quality_score or 0.0, h.confidence) for h in usable]
+    evidence = [_evidence(h, weak=lv is None) for h, lv in zip(usable, levels, strict=True)]
+    # on quality: the best candidate's level, even one the per-document cap left out (SPEC §3.4)
+    ranked_levels = [calibrations[h.kb_scope].level(h.quality_score or 0.0) for h in ranked]
+    by_quality = max((lv for lv in ranked_levels if lv), key=LEVELS.__getitem__, default=None)
+    # the level model vouches for the first piece of evidence: it was fitted on it
+    level = levels[0] if usable and usable[0].confidence is not None else by_quality
+    return Processed(ranked, evidence, top, level, low_quality=by_quality is None)
 
 
 def gate_trace(processed: Processed, calibrations: Mapping[str, Calibration]) -> GateTrace:
@@ -122,7 +155,7 @@ def gate_trace(processed: Processed, calibrations: Mapping[str, Calibration]) ->
     if best is None:
         return GateTrace(decision=decision)
     cal = calibrations[best.kb_scope]
-    return GateTrace(
+    trace = GateTrace(
         decision=decision,
         top_evidence_key=best.evidence_key,
         top_signals=dict(best.signals),
@@ -132,3 +165,15 @@ def gate_trace(processed: Processed, calibrations: Mapping[str, Calibration]) ->
         reference=cal.reference,
         precise=cal.precise,
     )
+    first = processed.evidence[0] if processed.evidence else None
+    if first is not None:
+        first_cal = calibrations[first.kb_scope]
+        trace.first_evidence_key = first.evidence_key
+        if first_cal.judges_coverage and first.confidence is not None:
+            trace.confidence = first.confidence
+            trace.level_weights = dict(first_cal.levels["weights"])
+            trace.level_signals = {k: first.signals[k] for k in (*LEVEL_INPUTS,) if k in first.signals}
+            trace.level_signals["quality"] = first.quality_score
+            trace.uncovered = list(first.uncovered)
+            trace.reference, trace.precise = first_cal.levels["reference"], first_cal.levels["precise"]
+    return trace

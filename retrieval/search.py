@@ -191,6 +191,7 @@ def search_attempt(
         # distance is exact whichever leg found it, at no extra round trip
         hit.dense_distance = squared_l2(raw.dense, vectors[target.model_id])
         hit.dense_rank, hit.sparse_rank, hit.sparse_score = d_rank, s_rank, s_score
+        hit.vector = list(raw.dense) if len(raw.dense) else None
         hit.quality_signal = target.quality_signal
         hits.append(hit)
     return hits

@@ -134,7 +134,8 @@ def test_ranks_are_as_delivered_without_the_candidates_gaps():
     assert [n for n, _ in _ranks(lines)] == [1, 2, 3]
     assert [t for _, t in _ranks(lines)] == ["Title 3", "Title 7", "Title 12"]
     assert any("quality 0.87 · PRECISE" in line for line in lines)
-    assert any("weak: below the reference threshold" in line for line in lines)  # rank 2: originalRank 7
+    assert any("quality 0.83 · weak" in line for line in lines)  # rank 2: originalRank 7
+    assert any("weak: does not vouch for an answer" in line for line in lines)
 
 
 def test_hit_reasons_in_words():

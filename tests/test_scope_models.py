@@ -76,17 +76,22 @@ def test_a_lookup_embeds_the_query_once_per_distinct_model(tmp_path, monkeypatch
     write_doc(docs, "pool-en2.md", source="pool-en2", scope="en2", body=POOL_EN)
     settings = Settings(home=tmp_path / "home")
     assert reindex([docs], settings=settings).ok
-    calls: list[str] = []
+    calls: list[tuple[str, tuple[str, ...]]] = []
     real = Embedder.encode_queries
 
     def counted(self, texts, threads=0):
-        calls.append(self.model_id)
+        calls.append((self.model_id, tuple(texts)))
         return real(self, texts, threads)
 
     monkeypatch.setattr(Embedder, "encode_queries", counted)
-    result = lookup_knowledge("connection pool 连接池", settings=settings)
+    query = "connection pool 连接池"
+    result = lookup_knowledge(query, settings=settings)
     assert {e.kb_scope for e in result.evidence} >= {"en", "en2"}
-    assert sorted(calls) == sorted([MINILM_ID, E5_ID])  # three scopes, two models, two embeddings
+    asked = sorted(m for m, texts in calls if texts == (query,))
+    assert asked == sorted([MINILM_ID, E5_ID])  # three scopes, two models, two embeddings of the query
+    # and at most one batch per model of the question without each of its words (the level's signals)
+    others = [m for m, texts in calls if texts != (query,)]
+    assert len(others) == len(set(others)) and set(others) <= {MINILM_ID, E5_ID}
 
 
 def test_changing_a_scopes_model_asks_for_full_then_reembeds_exactly_that_scope(tmp_path):

@@ -77,8 +77,9 @@ def lookup_lines(data: Mapping[str, Any], agent: bool, width: int) -> list[str]:
     trace = data["retrievalTrace"]
     evidence = data["evidence"]
     status = "FOUND" if data["found"] else "NO_EVIDENCE"
+    level = data["relevanceLevel"] or ("weak" if data["found"] else "none")
     lines = wrap(
-        f"evidence {status} — level {data['relevanceLevel'] or 'none'} — {len(evidence)} delivered of "
+        f"evidence {status} — level {level} — {len(evidence)} delivered of "
         f"{data['candidateCount']} candidates — completeness {data['completenessHint']}",
         width,
     )
@@ -91,12 +92,15 @@ def lookup_lines(data: Mapping[str, Any], agent: bool, width: int) -> list[str]:
     levels = _level_of(trace, evidence)
     for rank, item in enumerate(evidence, start=1):
         lines += ["", *_evidence_lines(rank, item, levels, trace, width)]
-    if all(e.get("weak") for e in evidence):
-        lines += [
-            "",
-            *wrap("all evidence is weak (below the reference threshold): corroborate before acting", width),
-        ]
+    if not data["relevanceLevel"]:
+        lines += ["", *wrap(WEAK, width)]
     return lines
+
+
+WEAK = (
+    "weak: the evidence is close to the question but does not vouch for an answer (it may be about "
+    "something else the question shares words with); corroborate before acting"
+)
 
 
 def _search_line(mode: str, trace: Mapping[str, Any]) -> str:
@@ -128,11 +132,30 @@ def _gate_lines(trace: Mapping[str, Any]) -> list[str]:
     models = trace.get("models", {})
     return [
         line,
+        *_level_line(gate),
         *(
             f"scope {scope}: model {short_name(models.get(scope, '?'))}; calibration {label}"
             for scope, label in trace.get("calibrations", {}).items()
         ),
     ]
+
+
+def _level_line(gate: Mapping[str, Any]) -> list[str]:
+    """How the level was reached from the first piece of evidence: its confidence, the level
+    model's arithmetic, and the question's words it does not cover."""
+    if gate.get("confidence") is None:
+        return []
+    weights, signals = gate.get("levelWeights") or {}, gate.get("levelSignals") or {}
+    terms = [f"{weights.get('bias', 0.0):+.2f}"] + [
+        f"{w:+.2f}×{name} {signals.get(name, 0.0):.2f}" for name, w in weights.items() if name != "bias"
+    ]
+    line = (
+        f"level: {gate['firstEvidenceKey']} confidence {gate['confidence']:.2f} = "
+        f"sigmoid({' '.join(terms)}); reference {gate['reference']:.2f}, precise {gate['precise']:.2f}"
+    )
+    if gate.get("uncovered"):
+        line += f"; it does not contain: {', '.join(gate['uncovered'])}"
+    return [line]
 
 
 def _weighed(gate: Mapping[str, Any]) -> str:
@@ -149,22 +172,31 @@ def _weighed(gate: Mapping[str, Any]) -> str:
 
 
 def _level_of(trace: Mapping[str, Any], evidence: Sequence[Mapping[str, Any]]) -> Any:
-    """An evidence's level from its quality. The gate's thresholds are those of the best
-    candidate's scope: they tell PRECISE from REFERENCE for evidence of that scope (or of any
-    scope when all share one calibration); elsewhere only weak or not can be told."""
+    """An evidence's level from its confidence (the level model), else its quality. The gate's
+    thresholds are those of one scope: they tell PRECISE from REFERENCE for evidence of that
+    scope (or of any scope when all share one calibration); elsewhere only weak or not can be
+    told."""
     gate = trace.get("gate") or {}
     precise = gate.get("precise")
     shared = len(set(trace.get("calibrations", {}).values())) <= 1
-    top_doc = (gate.get("topEvidenceKey") or "").rpartition("#")[0]
-    top_scopes = {e["kbScope"] for e in evidence if e["docId"] == top_doc}  # the best may not be delivered
-    top_scope = top_scopes.pop() if len(top_scopes) == 1 else None
+    key = gate.get("firstEvidenceKey") if gate.get("confidence") is not None else gate.get("topEvidenceKey")
+    doc = (key or "").rpartition("#")[0]
+    scopes = {e["kbScope"] for e in evidence if e["docId"] == doc}  # the best may not be delivered
+    scope = scopes.pop() if len(scopes) == 1 else None
 
-    def level(item: Mapping[str, Any]) -> str:
+    def level(item: Mapping[str, Any]) -> tuple[str, str]:
+        """(the level in a word, what stands behind it in a line; "" when nothing to add)."""
+        confidence = item.get("confidence")
+        said = "" if confidence is None else f"confidence {confidence:.2f}"
         if item.get("weak"):
-            return "weak: below the reference threshold, corroborate before acting"
-        if precise is None or not (shared or item["kbScope"] == top_scope):
-            return "usable"
-        return "PRECISE" if item["qualityScore"] >= precise else "REFERENCE"
+            lacks = f" (it does not contain {', '.join(item['uncovered'])})" if item.get("uncovered") else ""
+            why = f"does not vouch for an answer{lacks}; corroborate before acting"
+            why = f"{said}: {why}" if said else why
+            return "weak", why
+        score = item["qualityScore"] if confidence is None else confidence
+        if precise is None or not (shared or item["kbScope"] == scope):
+            return "usable", said
+        return ("PRECISE" if score >= precise else "REFERENCE"), said
 
     return level
 
@@ -176,7 +208,10 @@ def _evidence_lines(
     lines = wrap(f"{rank}. {e.get('title') or e['docId']}", width)
     lines += wrap(where, width, INDENT)
     lines += wrap(f"section: {e.get('headingPath') or '(before the first heading)'}", width, INDENT)
-    lines += wrap(f"quality {e['qualityScore']:.2f} · {level(e)} · {_ranks(e)}", width, INDENT)
+    word, why = level(e)
+    lines += wrap(f"quality {e['qualityScore']:.2f} · {word} · {_ranks(e)}", width, INDENT)
+    if why:
+        lines += wrap(f"{word}: {why}" if word == "weak" else why, width, INDENT)
     lines += wrap("why: " + "; ".join(hit_reasons(e, trace)), width, INDENT)
     return [*lines, "", *wrap(_body(e["excerpt"], e.get("headingPath", "")), width, EXCERPT_INDENT)]
 
