@@ -10,11 +10,19 @@ per language and per scope:
 - near-domain: held back (refused or weak only), confidently wrong (REFERENCE or PRECISE);
 - off-domain: refused.
 
-    python bench/trust.py [--home bench/.work/trust] [--details out.json] [--scopes a,b]
+Beside the lookups as they are (the packaged calibrations), it shows what the same lookups'
+levels would be if they read quality alone (the gate before level models), and with `--fit` it
+fits each packaged model's level model again on the trust set plus the golden corpus
+(`evaluation/levels.py`) and reports it in-sample and leave-one-scope-out (each trust scope
+judged by a model fitted without it: the forecast for a scope nobody labelled). `--write`
+stores the fitted level models in the packaged calibration files.
 
-The home is kept between runs (a rerun reindexes nothing that did not change). `--details`
-writes each question's outcome and its candidates' gate signals. Ends with one JSON line:
-{"bench": "trust", "metrics": {...}, "ratios": {...}, "targets": {...}}.
+    python bench/trust.py [--home bench/.work/trust] [--details out.json] [--scopes a,b]
+    python bench/trust.py --fit [--write]
+    python bench/trust.py --cases       # eval/rag-retrieval/cases/trust-cases.json, for `kbflow eval`
+
+The home is kept between runs (a rerun reindexes nothing that did not change). Ends with one
+JSON line: {"bench": "trust", "metrics": {...}, "ratios": {...}, "targets": {...}}.
 """
 
 from __future__ import annotations
@@ -29,9 +37,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from kbflow.core.models import base_model_id  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
+from kbflow.evaluation.calibrate import LabelledQuery  # noqa: E402
+from kbflow.evaluation.levels import fit_levels, leave_one_group_out, level_rates, level_samples  # noqa: E402
 from kbflow.evaluation.trust import (  # noqa: E402
+    TRUST_CASES,
     Judged,
+    as_cases,
     figures,
     judge,
     load_questions,
@@ -39,6 +52,7 @@ from kbflow.evaluation.trust import (  # noqa: E402
     materialize,
 )
 from kbflow.ingest.reindex import reindex  # noqa: E402
+from kbflow.retrieval.calibration import PACKAGED, packaged_default  # noqa: E402
 from kbflow.retrieval.lookup import lookup_knowledge  # noqa: E402
 
 TARGETS = {
@@ -50,7 +64,6 @@ TARGETS = {
     "off_refused": (">=", 0.95),
 }
 COLUMNS = [
-    ("n a/n/o", None),
     ("false no-ev", "false_no_evidence"),
     ("hit@3", "hit_at_3"),
     ("right ≥REF", "right_at_reference"),
@@ -71,23 +84,27 @@ def index(settings: Settings, roots: dict[str, Path]) -> None:
               f"({time.perf_counter() - t:.1f} s)", file=sys.stderr)
 
 
-def ask(settings: Settings, questions: list, scopes: dict) -> tuple[list[Judged], list[dict[str, Any]]]:
-    judged, details = [], []
+def ask(
+    settings: Settings, questions: list, scopes: dict
+) -> tuple[list[Judged], list[LabelledQuery], list[dict]]:
+    """Each question through the real lookup: how it was judged, its candidates as calibration
+    data (grouped by scope), and the details a person reads."""
+    judged, labelled, details = [], [], []
     for q in questions:
-        r = lookup_knowledge(q.query, kb_scope=scopes[q.scope].kb_scope, settings=settings, caller="eval")
+        kb_scope = scopes[q.scope].kb_scope
+        r = lookup_knowledge(q.query, kb_scope=kb_scope, settings=settings, caller="eval")
         j = judge(q, r)
         judged.append(j)
         cands = r.candidates.get(r.retrieval_trace.selected_attempt, [])
+        model = r.retrieval_trace.models.get(kb_scope, "")
+        labelled.append(LabelledQuery(q.id, q.scope, q.kind, [(dict(h.signals), h.source in q.expected)
+                                                              for h in cands], model))
         details.append({
             "id": q.id, "scope": q.scope, "kind": q.kind, "query": q.query, "expected": list(q.expected),
             "level": j.level, "found": r.found, "top": j.top,
-            "evidence": [[e.source, e.quality_score, e.weak] for e in r.evidence],
-            "candidates": [
-                {"source": h.source, "key": h.evidence_key, "quality": h.quality_score, **h.signals}
-                for h in cands
-            ],
+            "evidence": [[e.source, e.quality_score, e.confidence, e.weak, e.uncovered] for e in r.evidence],
         })
-    return judged, details
+    return judged, labelled, details
 
 
 def _pct(v: float | None) -> str:
@@ -95,10 +112,10 @@ def _pct(v: float | None) -> str:
 
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
-    lines = ["| set | " + " | ".join(c for c, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    lines = ["| set | answerable / near / off | " + " | ".join(c for c, _ in COLUMNS) + " |",
+             "|---" * (len(COLUMNS) + 2) + "|"]
     for name, f in rows.items():
-        cells = [f"{f['answerable']}/{f['near']}/{f['off']}"]
-        cells += [_pct(f[k]) for _c, k in COLUMNS[1:]]
+        cells = [f"{f['answerable']} / {f['near']} / {f['off']}"] + [_pct(f[k]) for _c, k in COLUMNS]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -111,22 +128,89 @@ def verdicts(f: dict[str, Any]) -> dict[str, bool]:
     return out
 
 
+def _rates_line(name: str, r: dict[str, Any]) -> str:
+    return (f"| {name} | {_pct(r['refused'])} | {_pct(r['right_at_reference'])} | {_pct(r['weak_only'])} | "
+            f"{_pct(r['near_confident'])} | {_pct(r['off_confident'])} |")
+
+
+def document_span(settings: Settings, base: str) -> list[int]:
+    """The fewest and most documents of the home's scopes on this model: what a level model
+    fitted here has seen (`kbflow status` flags a scope far outside it)."""
+    from sqlalchemy import func, select
+
+    from kbflow.core.sql import DocumentRow, ScopeRow, SqlStore
+
+    with SqlStore(settings.resolved_database_url).session() as session:
+        rows = session.execute(
+            select(ScopeRow.model_id, func.count(DocumentRow.doc_id))
+            .join(DocumentRow, DocumentRow.kb_scope == ScopeRow.kb_scope)
+            .group_by(ScopeRow.kb_scope, ScopeRow.model_id)
+        ).all()
+    counts = [n for model, n in rows if base_model_id(model) == base]
+    return [min(counts), max(counts)]
+
+
+def fit(settings: Settings, labelled: list[LabelledQuery], write: bool) -> dict[str, Any]:
+    """Fit each packaged model's level model on the trust set plus the golden corpus; print it
+    in-sample and leave-one-scope-out beside the levels read from quality; store with `write`."""
+    from kbflow.evaluation.calibration_data import golden_queries
+
+    golden = golden_queries(settings, settings.retrieve_k)
+    out: dict[str, Any] = {}
+    for base, path in PACKAGED.items():
+        cal = packaged_default(base)
+        trust = [q for q in labelled if base_model_id(q.model_id) == base]
+        gold = [q for q in golden if base_model_id(q.model_id) == base]
+        if cal is None or not trust:
+            continue
+        t_samples, g_samples = level_samples(trust, cal), level_samples(gold, cal)
+        levels = fit_levels(t_samples + g_samples, f"fitted {time.strftime('%Y-%m-%d')} on the trust set "
+                            f"({len(trust)} questions) and the golden cases ({len(gold)})")
+        levels["scope_documents"] = document_span(settings, base)
+        held, loso = leave_one_group_out(t_samples, fixed=g_samples)
+        print(f"\n### level model for {base}\n\nweights {levels['weights']}\n")
+        print("| levels | answerable refused | right ≥REF | weak-only | near confident | off confident |")
+        print("|---|---:|---:|---:|---:|---:|")
+        print(_rates_line("trust, levels read quality (before)", level_rates(None, t_samples)))
+        print(_rates_line("trust, level model, in-sample", level_rates(levels, t_samples)))
+        print(_rates_line("trust, level model, leave-one-scope-out", held))
+        print(_rates_line("golden, levels read quality (before)", level_rates(None, g_samples)))
+        print(_rates_line("golden, level model, in-sample", level_rates(levels, g_samples)))
+        out[base] = {"levels": levels, "leave_one_scope_out": held,
+                     "golden_in_sample": level_rates(levels, g_samples)}
+        if write:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            data["calibration"]["levels"] = levels
+            data["levels_fit"] = {**{k: v for k, v in out[base].items() if k != "levels"}, "per_scope": loso}
+            path.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+            print(f"\nwrote the level model into {path.relative_to(REPO)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--home", type=Path, default=REPO / "bench" / ".work" / "trust")
-    ap.add_argument("--models-dir", type=Path, default=None, help="ONNX exports (default: the home's)")
     ap.add_argument("--details", type=Path, default=None, help="write each question's outcome here")
     ap.add_argument("--scopes", default="", help="comma-separated scope names (default: all)")
+    ap.add_argument("--fit", action="store_true", help="fit the packaged level models again and report")
+    ap.add_argument("--write", action="store_true", help="with --fit: store them in the packaged files")
+    ap.add_argument("--cases", action="store_true",
+                    help=f"write the questions as golden cases to {TRUST_CASES.relative_to(REPO)} and stop")
     args = ap.parse_args(argv)
+    if args.cases:
+        every = load_scopes()
+        cases = as_cases(every, load_questions(every))
+        TRUST_CASES.write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {TRUST_CASES.relative_to(REPO)}")
+        return 0
 
-    settings = Settings(home=args.home, models_dir=args.models_dir)
+    settings = Settings(home=args.home)
     settings.ensure_home()
     scopes = load_scopes([s for s in args.scopes.split(",") if s])
     questions = load_questions(scopes)
-    roots = materialize(scopes.values(), args.home / "docs")
-    index(settings, roots)
+    index(settings, materialize(scopes.values(), args.home / "docs"))
     t = time.perf_counter()
-    judged, details = ask(settings, questions, scopes)
+    judged, labelled, details = ask(settings, questions, scopes)
     seconds = time.perf_counter() - t
 
     rows = {"all": figures(judged)}
@@ -141,12 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'met    ' if met else 'MISSED '} {key} {op} {_pct(target)}: {_pct(rows['all'][key])}")
     if args.details:
         args.details.write_text(json.dumps(details, ensure_ascii=False, indent=1), encoding="utf-8")
-    metrics = {**{f"{k}": v for k, v in rows["all"].items()},
-               **{f"{lang}_{k}": rows[lang][k] for lang in ("en", "zh") for k in TARGETS},
+    fitted = fit(settings, labelled, args.write) if args.fit else {}
+    metrics = {**rows["all"], **{f"{lang}_{k}": rows[lang][k] for lang in ("en", "zh") for k in TARGETS},
                "questions": len(judged), "scopes": len(scopes), "lookup_seconds": round(seconds, 1)}
-    print(json.dumps({"bench": "trust", "metrics": metrics,
-                      "ratios": {}, "targets": {k: f"{op} {t}" for k, (op, t) in TARGETS.items()},
-                      "met": ok}))
+    for base, f in fitted.items():
+        metrics[f"loso_{base.rsplit('/', 1)[-1]}"] = f["leave_one_scope_out"]
+    print(json.dumps({"bench": "trust", "metrics": metrics, "ratios": {},
+                      "targets": {k: f"{op} {t}" for k, (op, t) in TARGETS.items()}, "met": ok}))
     return 0
 
 

@@ -18,15 +18,18 @@ from kbflow.evaluation.signals import labelled_hits, selected_hits
 from kbflow.retrieval.gate import Calibration
 
 
-def golden_queries(settings: Settings, depth: int) -> list[LabelledQuery]:
-    """The golden cases of scopes whose quality comes from the dense model (not lexical)."""
+def golden_queries(settings: Settings, depth: int, cases_path: Path | None = None) -> list[LabelledQuery]:
+    """The golden cases of scopes whose quality comes from the dense model (not lexical): the
+    packaged ones (their scopes reseeded from seed-docs/ first), or a user's own `cases_path`,
+    asked of the scopes as they are indexed."""
     from kbflow.evaluation.cases import load_cases
     from kbflow.evaluation.runner import EVAL_ROOT, seed_scopes
     from kbflow.evaluation.self_calibration import Vocabularies
     from kbflow.retrieval.lookup import lookup_knowledge
 
-    cases = load_cases(EVAL_ROOT / "cases" / "golden-cases.json")
-    seed_scopes(settings, sorted({c.kb_scope for c in cases}))
+    cases = load_cases(cases_path or EVAL_ROOT / "cases" / "golden-cases.json")
+    if cases_path is None:
+        seed_scopes(settings, sorted({c.kb_scope for c in cases}))
     vocabularies = Vocabularies(settings)
     out = []
     for case in cases:
@@ -107,7 +110,22 @@ def render(result: CalibrationResult) -> str:
     ]
     if not rates["objective_met"]:
         lines.append("the objective cannot be met on this data: no floor keeps false no-evidence <= 2 %")
+    lines += _levels_lines(cal)
     return "\n".join(lines)
+
+
+def _levels_lines(cal: Calibration) -> list[str]:
+    if not cal.levels.get("rates"):
+        return ["levels: the packaged level model of the model (these lookups could not teach one)"]
+    w, r = cal.levels["weights"], cal.levels["rates"]
+    terms = " ".join(f"{v:+.3f}*{k}" for k, v in w.items() if k != "bias")
+    return [
+        f"level model: confidence = sigmoid({w.get('bias', 0):+.3f} {terms}) (fitted towards the packaged "
+        "one); REFERENCE at confidence 0.5, PRECISE at 0.8",
+        f"answerable right at REFERENCE or better: {_pct(r['right_at_reference'])}, weak only: "
+        f"{_pct(r['weak_only'])}; near-domain answered with confidence: {_pct(r['near_confident'])}, "
+        f"off-domain: {_pct(r['off_confident'])}",
+    ]
 
 
 def _pct(v: float | None) -> str:
@@ -179,8 +197,9 @@ def collect(args: Any, settings: Settings, depth: int) -> tuple[list[LabelledQue
     queries: list[LabelledQuery] = []
     sources: list[str] = []
     if args.golden:
-        queries += golden_queries(settings, depth)
-        sources.append("the golden cases")
+        own = Path(args.cases) if getattr(args, "cases", None) else None
+        queries += golden_queries(settings, depth, own)
+        sources.append(f"the golden cases of {own}" if own else "the golden cases")
     if args.beir:
         from kbflow.evaluation.beir import load_negatives, negatives_from
 
@@ -259,12 +278,49 @@ def calibrate_command(args: Any, settings: Settings) -> int:
             group, model_id=model_id, kb_scope=scope, pool=pool, source=" + ".join(sources),
             features=recipe.features, origin=recipe.origin,
         )
+        if not self_pairs:  # pseudo-queries are lifted from their documents: they would teach levels wrong
+            result = with_levels(result, group, " + ".join(sources), scope_size(settings, args.scope))
         print(f"== {model_id}: {len(group)} queries ==\n{render(result)}\n")
         if self_pairs:
             print(gate_in_use(settings, args.scope, group, pool) + "\n")
         results.append((result, group))
     _save(args, settings, results, pool)
     return 0 if all(r.rates["objective_met"] for r, _ in results) else 1
+
+
+def scope_size(settings: Settings, scope: str | None) -> int | None:
+    """The scope's indexed documents (None without a scope)."""
+    if not scope:
+        return None
+    from sqlalchemy import func, select
+
+    from kbflow.core.sql import DocumentRow
+    from kbflow.core.stores import open_stores
+
+    with open_stores(settings).sql.session() as session:
+        return session.scalar(select(func.count()).where(DocumentRow.kb_scope == scope))
+
+
+def with_levels(
+    result: CalibrationResult, queries: Sequence[LabelledQuery], source: str, documents: int | None = None
+) -> CalibrationResult:
+    """The result with a level model fitted on the same lookups (towards the packaged one of the
+    model), when they can teach one; else the calibration borrows the packaged level model.
+    `documents`: the size of the scope it is fitted for, which it then counts as seen."""
+    from kbflow.core.models import base_model_id
+    from kbflow.evaluation.levels import fit_for
+    from kbflow.retrieval.calibration import packaged_default
+
+    cal = result.calibration
+    packaged = packaged_default(base_model_id(cal.model_id))
+    levels = fit_for(queries, cal, source, packaged.levels if packaged else None)
+    if levels is None:
+        return result
+    if documents is not None:
+        span = (packaged.levels.get("scope_documents") if packaged else None) or [documents, documents]
+        levels["scope_documents"] = [min(span[0], documents), max(span[1], documents)]
+    result.calibration = Calibration.from_dict({**cal.to_dict(), "levels": levels})
+    return result
 
 
 def gate_in_use(settings: Settings, scope: str, queries: Sequence[LabelledQuery], pool: int) -> str:

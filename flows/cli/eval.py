@@ -138,7 +138,12 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
         "kbflow eval calibrate [--golden] [--beir DIR --scope S --negatives F | --negatives-from DIR] "
         "[--self --scope S] [--no-store] [--chart F.png] | --refresh [--scope S]",
     )
-    cal.add_argument("--golden", action="store_true", help="use the golden cases")
+    cal.add_argument(
+        "--golden",
+        action="store_true",
+        help="use the golden cases (yours with --cases FILE: answerable ones naming their documents, "
+        'near- and off-domain ones with "negative"; ten of a scope are enough to adjust its level model)',
+    )
     cal.add_argument(
         "--self",
         dest="self_pairs",
