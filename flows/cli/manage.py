@@ -179,7 +179,7 @@ def status(args: argparse.Namespace, settings: Any) -> int:
         sql, chunks = SqlStore(settings.resolved_database_url), None
     statuses = scope_statuses_from(sql, chunks, settings.multilingual_model)
     for st in statuses:
-        st.calibration = describe(sql, st.model, st.kb_scope, built_at(st.alias_target or ""))
+        st.calibration = describe(sql, st.model, st.kb_scope, built_at(st.alias_target or ""), st.documents)
     roots, run = root_counts(statuses), last_run(sql)
     if args.json:
         scopes = [s.to_dict() for s in statuses]

@@ -40,7 +40,9 @@ def print_status(
             f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
             f"  analyzer {st.analyzer}, model {st.model_name or st.model} ({st.dim}-d), "
             f"last changed {st.updated_at}\n  gate calibration: {_calibration(st.calibration)}"
-            + (f"\n  [yellow]note:[/yellow] {st.note}" if st.note else ""),
+            + (f"\n  [yellow]note:[/yellow] {st.note}" if st.note else "")
+            + (f"\n  [yellow]calibration fit:[/yellow] {st.calibration['unfit']}"
+               if st.calibration.get("unfit") else ""),
             highlight=False,
         )
         for root, n in st.roots.items():
