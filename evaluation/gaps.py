@@ -25,6 +25,7 @@ from kbflow.evaluation.clustering import (
     REFERENCE_QUESTIONS,
     cluster,
     salient_terms,
+    unit_rows,
 )
 
 Embed = Callable[[str, list[str]], np.ndarray]  # (model id, texts) -> unit rows
@@ -208,13 +209,26 @@ def _titles(sql: SqlStore, doc_ids: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _examples(members: list[Unanswered], n: int = 3) -> list[str]:
+    """The group's most typical questions: nearest the centre of the group's meaning (an
+    outlier the grouping let in is not what the group is about), in arrival order without
+    vectors."""
+    asked = list(dict.fromkeys(m.query for m in members if m.query))
+    vectors = {m.query: m.vector for m in members if m.query and m.vector is not None}
+    if len(vectors) < len(asked) or len(asked) <= n:
+        return asked[:n]
+    rows = unit_rows(np.array([vectors[q] for q in asked]))
+    closeness = rows @ rows.mean(axis=0)
+    return [asked[i] for i in np.argsort(-closeness, kind="stable")[:n]]
+
+
 def _group(members: list[Unanswered], label: str, titles: dict[str, str]) -> GapGroup:
     nearest = Counter(doc_of(m.top_key) for m in members if m.top_key).most_common(1)
     doc = nearest[0][0] if nearest else None
     quality = max(
         (m.top_quality or 0.0 for m in members if m.top_key and doc_of(m.top_key) == doc), default=None
     )
-    examples = list(dict.fromkeys(m.query for m in members if m.query))[:3]
+    examples = _examples(members)
     times = sorted(m.at for m in members)
     return GapGroup(
         label=label,
