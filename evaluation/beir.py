@@ -197,8 +197,8 @@ def _rate(hits: int, total: int) -> float | None:
     return round(hits / total, 4) if total else None
 
 
-def _weak_only(result: Any) -> bool:
-    return bool(result.evidence) and all(e.weak for e in result.evidence)
+def _weak_only(result: Any) -> bool:  # evidence, but no level: nothing to act on uncorroborated
+    return bool(result.found) and result.relevance_level is None
 
 
 def _honesty(qrels: Qrels, results: Results, mapping: Ids) -> dict[str, Any]:

@@ -43,7 +43,11 @@ class GoldenCase(BaseModel):
         list[Literal["filtered_vector_low_quality", "filtered_vector_no_evidence"] | None] | None
     ) = Field(None, alias="allowedFallbackReasons")
     expect_fallback: bool | None = Field(None, alias="expectFallback")
-    expected_evidence_status: Literal["FOUND", "NO_EVIDENCE"] = Field(alias="expectedEvidenceStatus")
+    # None: either (a near-domain question may be refused or answered weakly; expectConfident says)
+    expected_evidence_status: Literal["FOUND", "NO_EVIDENCE"] | None = Field(alias="expectedEvidenceStatus")
+    # True: REFERENCE or better with an expected document among the non-weak evidence; False: no
+    # level (weak evidence only, or none)
+    expect_confident: bool | None = Field(None, alias="expectConfident")
     expected_context_sources: list[str] = Field(default_factory=list, alias="expectedContextSources")
     expected_rerank_top_source: str | None = Field(None, alias="expectedRerankTopSource")
     max_evidence_per_document: int | None = Field(None, alias="maxEvidencePerDocument", ge=1)

@@ -25,7 +25,7 @@ class CaseOutcome:
     strong_hit: bool = False
     negative: str | None = None  # near | off for unanswerable cases
     found: bool = False
-    weak_only: bool = False  # every delivered evidence is weak (relevance none)
+    weak_only: bool = False  # evidence, but no relevance level (the first piece is weak)
     candidate_doc_ids: list[str] = field(default_factory=list)  # selected attempt, first occurrence order
     filtered_doc_ids: list[str] | None = None  # the FILTERED_VECTOR attempt's candidates, if there was one
     known_limit: str | None = None  # the case's stated reason why it cannot pass by design
@@ -76,8 +76,9 @@ def _trace_failures(case: GoldenCase, result: LookupResult, agent: RagToolResult
     allowed = case.allowed_fallback_reasons
     if allowed is not None and trace.fallback_reason not in allowed:
         fails.append(f"fallback reason {trace.fallback_reason!r} not in {case.allowed_fallback_reasons}")
-    if agent.evidence_status != case.expected_evidence_status:
+    if case.expected_evidence_status is not None and agent.evidence_status != case.expected_evidence_status:
         fails.append(f"evidence status {agent.evidence_status}, expected {case.expected_evidence_status}")
+    fails += _level_failures(case, result)
     fired = len(trace.attempts) > 1
     if case.expect_fallback is not None and fired != case.expect_fallback:
         fails.append(
@@ -89,6 +90,22 @@ def _trace_failures(case: GoldenCase, result: LookupResult, agent: RagToolResult
         if top != case.expected_rerank_top_source:
             fails.append(f"rerank top source {top!r}, expected {case.expected_rerank_top_source!r}")
     return fails
+
+
+def _level_failures(case: GoldenCase, result: LookupResult) -> list[str]:
+    """A level vouches for an answer: confident only when an expected document is among the
+    evidence it vouches for (not weak), and never for a question the knowledge base cannot answer."""
+    if case.expect_confident is None:
+        return []
+    level = result.relevance_level if result.found else None
+    if case.expect_confident:
+        strong = [e.doc_id for e in result.evidence if not e.weak]
+        if level is None:
+            return ["no relevance level (weak evidence only), expected REFERENCE or better"]
+        if not any(d in case.expected_doc_ids for d in strong):
+            return [f"level {level} vouches for {strong}, none of them expected"]
+        return []
+    return [f"level {level} on a question the knowledge base cannot answer"] if level else []
 
 
 def _context_failures(case: GoldenCase, result: LookupResult) -> list[str]:
@@ -135,7 +152,7 @@ def judge(case: GoldenCase, result: LookupResult, agent: RagToolResult) -> CaseO
         strong_hit=first is not None and first <= case.k and result.relevance_level == "PRECISE",
         negative=case.negative,
         found=result.found,
-        weak_only=bool(result.evidence) and all(e.weak for e in result.evidence),
+        weak_only=result.found and result.relevance_level is None,
         candidate_doc_ids=candidate_docs(result),
         filtered_doc_ids=candidate_docs(result, "FILTERED_VECTOR")
         if "FILTERED_VECTOR" in result.candidates

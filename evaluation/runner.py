@@ -90,11 +90,14 @@ def fixture_source(fixtures_dir: Path) -> ResultSource:
 
 
 def seed_scopes(settings: Settings, scopes: Sequence[str], seed_docs: Path = SEED_DOCS) -> None:
-    """Reseed each scope from seed-docs (incremental: free when nothing changed)."""
+    """Reseed each scope from seed-docs, or from the trust set (`trust-*` scopes: eval/trust,
+    written under the home first). Incremental: free when nothing changed."""
+    from kbflow.evaluation.trust import SCOPE_PREFIX, seed_roots
     from kbflow.ingest.reindex import reindex
 
+    trust = seed_roots(settings.home) if any(s.startswith(SCOPE_PREFIX) for s in scopes) else {}
     for scope in scopes:
-        summary = reindex([seed_docs], scope=scope, settings=settings)
+        summary = reindex([trust.get(scope, seed_docs)], scope=scope, settings=settings)
         if not summary.ok:
             raise RuntimeError(f"seeding scope {scope!r} failed: {summary.failed}")
 

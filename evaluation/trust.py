@@ -159,6 +159,39 @@ def materialize(scopes: Iterable[TrustScope], out: Path) -> dict[str, Path]:
     return roots
 
 
+TRUST_CASES = REPO / "eval" / "rag-retrieval" / "cases" / "trust-cases.json"
+
+
+def as_cases(scopes: dict[str, TrustScope], questions: Sequence[TrustQuestion]) -> dict[str, Any]:
+    """The questions as golden cases (`kbflow eval --cases …trust-cases.json`): an answerable one
+    expects an answering document in the top 3 at REFERENCE or better; a near-domain one no
+    level; an off-domain one no usable evidence."""
+    cases = []
+    for q in questions:
+        case: dict[str, Any] = {"id": q.id, "query": q.query, "kbScope": scopes[q.scope].kb_scope, "K": 3}
+        if q.kind == "answerable":
+            case |= {"behaviour": f"{q.scope}: answered by its document, with confidence",
+                     "expectedDocIds": list(q.expected), "expectedEvidenceStatus": "FOUND",
+                     "expectConfident": True}
+        elif q.kind == "near":
+            case |= {"behaviour": f"{q.scope}: asks about {', '.join(q.absent)}, which the scope lacks: "
+                     "never confident", "expectedEvidenceStatus": None, "negative": "near",
+                     "expectConfident": False}
+        else:
+            case |= {"behaviour": f"{q.scope}: nothing to do with the scope", "negative": "off",
+                     "expectedEvidenceStatus": "NO_EVIDENCE", "expectConfident": False}
+        cases.append(case)
+    return {"schema": "kbflow.golden-cases/1", "generated_from": "eval/trust (python bench/trust.py --cases)",
+            "cases": cases}
+
+
+def seed_roots(home: Path) -> dict[str, Path]:
+    """Every trust scope's documents, written under `home`: {kb_scope: folder}."""
+    scopes = load_scopes()
+    roots = materialize(scopes.values(), home / "trust-docs")
+    return {scopes[name].kb_scope: root for name, root in roots.items()}
+
+
 @dataclass(frozen=True)
 class Judged:
     """What one lookup did with one question, in the terms the figures count."""

@@ -177,10 +177,12 @@ def test_cli_exits_1_on_a_broken_document_and_2_on_bad_input(tmp_path, capsys):
 
 
 def _lookup(selected: str, candidates: dict[str, list[str]], fallback: bool, evidence: list[bool]) -> object:
-    """A stand-in LookupResult: candidates per attempt as doc ids, evidence as weak flags."""
+    """A stand-in LookupResult: candidates per attempt as doc ids, evidence as weak flags (the
+    level is the first piece's)."""
     hit = lambda d: SimpleNamespace(doc_id=d)  # noqa: E731
     return SimpleNamespace(
         found=bool(evidence),
+        relevance_level=None if not evidence or evidence[0] else "REFERENCE",
         evidence=[SimpleNamespace(doc_id="x", weak=w) for w in evidence],
         candidates={name: [hit(d) for d in docs] for name, docs in candidates.items()},
         retrieval_trace=SimpleNamespace(
