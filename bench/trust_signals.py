@@ -3,13 +3,10 @@ has never seen.
 
 For every question of the trust set (`eval/trust/`) and the golden cases, the first piece of
 evidence of the real lookup gives the signals the lookup computes (quality, cosine, coverage,
-and the level model's specific, support and unknown) plus two it does not:
-
-- `centred`: the cosine of query and chunk after removing the scope's mean chunk vector (the
-  direction every text of a single-product scope shares: the multilingual model gives every
-  Chinese text a cosine of 0.82-0.96);
-- `idf_coverage`: the query's analysed terms the chunk has, each weighted by its idf in the
-  scope (absent terms weigh most), over all of them.
+and the level model's specific, support, unknown and salient) plus one it does not:
+`centred`, the cosine of query and chunk after removing the scope's mean chunk vector (the
+direction every text of a single-product scope shares: the multilingual model gives every
+Chinese text a cosine of 0.82-0.96).
 
 Each signal set is fitted as the level model is (`evaluation/levels.py`, positives: answerable
 questions whose first evidence answers them) and judged leave-one-scope-out on the trust scopes,
@@ -38,29 +35,27 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from kbflow.core.analysis import chunk_terms  # noqa: E402
 from kbflow.core.models import base_model_id  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.core.stores import query_threads  # noqa: E402
-from kbflow.core.vocabulary import read as read_vocabulary  # noqa: E402
 from kbflow.evaluation.levels import _fit  # noqa: E402
 from kbflow.evaluation.self_calibration import scope_chunks  # noqa: E402
 from kbflow.evaluation.trust import load_questions, load_scopes  # noqa: E402
 from kbflow.retrieval.calibration import PACKAGED, packaged_default  # noqa: E402
-from kbflow.retrieval.gate import query_terms  # noqa: E402
 from kbflow.retrieval.lookup import get_retriever, lookup_knowledge  # noqa: E402
 
 SETS = {
     "quality alone (levels before)": ("quality",),
     "cosine + coverage": ("cosine", "coverage"),
-    "quality + idf_coverage": ("quality", "idf_coverage"),
+    "quality + salient": ("quality", "salient"),
     "quality + centred": ("quality", "centred"),
-    "quality + centred + idf_coverage": ("quality", "centred", "idf_coverage"),
+    "quality + centred + salient": ("quality", "centred", "salient"),
     "quality + specific + unknown": ("quality", "specific", "unknown"),
     "quality + support + unknown": ("quality", "support", "unknown"),
-    "the level model: quality + specific + support + unknown": ("quality", "specific", "support", "unknown"),
-    "the level model + centred": ("quality", "specific", "support", "unknown", "centred"),
-    "the level model + idf_coverage": ("quality", "specific", "support", "unknown", "idf_coverage"),
+    "quality + specific + support + unknown": ("quality", "specific", "support", "unknown"),
+    "the level model: quality + specific + support + unknown + salient": (
+        "quality", "specific", "support", "unknown", "salient"),
+    "the level model + centred": ("quality", "specific", "support", "unknown", "salient", "centred"),
 }
 
 
@@ -93,14 +88,7 @@ def sample(settings: Settings, scopes: Scopes, query: str, kb_scope: str, expect
     qv = get_retriever(settings)._embedder(model).encode_queries([query], query_threads(settings))[0]
     mean = scopes.mean(kb_scope)
     centred = float(_unit(qv - mean) @ _unit(np.asarray(hit.vector, dtype=np.float32) - mean))
-    terms = query_terms(query)
-    with get_retriever(settings).stores.sql.session() as session:
-        vocab = read_vocabulary(session, kb_scope, terms)
-    df = {t: vocab.df.get(t, 0) for t in terms}
-    idf = {t: math.log(1 + (vocab.docs - n + 0.5) / (n + 0.5)) for t, n in df.items()}
-    have = chunk_terms(hit.title, hit.breadcrumb, hit.content)
-    idf_cov = sum(w for t, w in idf.items() if t in have) / (sum(idf.values()) or 1.0)
-    return {"quality": first.quality_score, **first.signals, "centred": centred, "idf_coverage": idf_cov,
+    return {"quality": first.quality_score, **first.signals, "centred": centred,
             "right": first.source in expected, "model": base_model_id(model)}
 
 

@@ -288,9 +288,8 @@ class Retriever:
 
     def _vocabulary(self, run: _Run, scope: str, prof: support.Profile) -> Vocabulary:
         if scope not in run.vocabularies:
-            terms = {t for w in prof.words for t in w.terms} | {support.joined(w) for w in prof.words}
             with self.stores.sql.session() as session:
-                run.vocabularies[scope] = read_vocabulary(session, scope, terms, run.spec.exclude)
+                run.vocabularies[scope] = read_vocabulary(session, scope, prof.asked, run.spec.exclude)
         return run.vocabularies[scope]
 
     def lookup(

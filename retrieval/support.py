@@ -12,7 +12,9 @@ signals look at the question word by word instead:
   only words whose terms are not in every document of the scope (the scope's vocabulary);
 - `support`: the importance-weighted share of the words the chunk contains or relies on (its
   cosine to the question drops when the word is left out);
-- `unknown`: the importance-weighted share of the words no document of the scope has.
+- `unknown`: the importance-weighted share of the words no document of the scope has;
+- `salient`: the share of the question's analysed terms the chunk has, each weighted by its idf
+  in the scope (a term every document has weighs next to nothing, one none has the most).
 
 The words' embeddings cost one batch through the query model (one text per word, at most
 `MAX_WORDS`), spent only when a lookup has usable evidence to judge.
@@ -20,6 +22,7 @@ The words' embeddings cost one batch through the query model (one text per word,
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ from kbflow.retrieval.gate import query_terms
 from kbflow.retrieval.quality import STOPWORDS
 
 MAX_WORDS = 16  # words whose importance is measured (one embedding each); the rest count 0
-SIGNALS = ("specific", "support", "unknown")
+SIGNALS = ("specific", "support", "unknown", "salient")
 _WORD = re.compile(r"[\w][\w.\-/:=]*", re.UNICODE)
 
 
@@ -74,15 +77,30 @@ class Profile:
     words: list[Word]
     importance: np.ndarray  # per word, >= 0
     left_out: np.ndarray  # the question's embedding without each word (rows)
+    terms: frozenset[str] = frozenset()  # the question's analysed terms
+
+    @property
+    def asked(self) -> set[str]:
+        """Every term whose document frequency the signals read."""
+        return set(self.terms) | {t for w in self.words for t in w.terms} | {joined(w) for w in self.words}
 
 
 def profile(query: str, vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> Profile:
-    words = query_words(query)
+    words, terms = query_words(query), frozenset(query_terms(query))
     if not words:
-        return Profile([], np.zeros(0), np.zeros((0, len(vector)), dtype=np.float32))
+        return Profile([], np.zeros(0), np.zeros((0, len(vector)), dtype=np.float32), terms)
     left_out = np.asarray(embed([without(query, w) for w in words]), dtype=np.float32)
     importance = np.maximum(1.0 - left_out @ np.asarray(vector, dtype=np.float32), 1e-4)
-    return Profile(words, importance, left_out)
+    return Profile(words, importance, left_out, terms)
+
+
+def salient(terms: frozenset[str], chunk: frozenset[str], vocab: Vocabulary) -> float:
+    """The idf-weighted share of the question's terms the chunk has (BM25's idf, as Milvus
+    computes it, over the scope's documents)."""
+    weights = {t: math.log(1.0 + (vocab.docs - vocab.df.get(t, 0) + 0.5) / (vocab.df.get(t, 0) + 0.5))
+               for t in terms}
+    total = sum(weights.values())
+    return round(sum(w for t, w in weights.items() if t in chunk) / total, 4) if total else 0.0
 
 
 def joined(word: Word) -> str:
@@ -106,9 +124,9 @@ def signals(
     terms: frozenset[str],
     vocab: Vocabulary,
 ) -> dict[str, float]:
-    """The three signals of one chunk (its stored vector and analysed terms) for the question."""
+    """The coverage signals of one chunk (its stored vector and analysed terms) for the question."""
     if not prof.words:
-        return {"specific": 0.0, "support": 0.0, "unknown": 0.0}
+        return {"specific": 0.0, "support": 0.0, "unknown": 0.0, "salient": salient(prof.terms, terms, vocab)}
     imp = prof.importance
     total = float(imp.sum())
     contains = np.array([bool(w.terms & terms) for w in prof.words])
@@ -122,6 +140,7 @@ def signals(
         "specific": round(float(imp[specific].sum()) / total, 4),
         "support": round(float(imp[contains | relies].sum()) / total, 4),
         "unknown": round(float(imp[absent].sum()) / total, 4),
+        "salient": salient(prof.terms, terms, vocab),
     }
 
 
@@ -159,7 +178,7 @@ def judge(
 
 
 def level_score(weights: Mapping[str, float], quality: float, sig: Mapping[str, float]) -> float:
-    """The level model: sigmoid(bias + w·[quality, specific, support, unknown])."""
+    """The level model: sigmoid(bias + w·[quality, specific, support, unknown, salient])."""
     z = weights.get("bias", 0.0) + weights.get("quality", 0.0) * quality
     z += sum(weights.get(k, 0.0) * sig.get(k, 0.0) for k in SIGNALS)
     return float(1.0 / (1.0 + np.exp(-max(-60.0, min(60.0, z)))))

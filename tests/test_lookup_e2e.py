@@ -238,7 +238,7 @@ def test_lookups_use_the_scope_calibration_and_say_which(seeded):
     query = "kafka consumer group lag growing"
     r = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded)
     assert "golden" in r.retrieval_trace.calibrations["rag-eval"]  # the packaged default
-    assert set(r.evidence[0].signals) == {"cosine", "coverage", "specific", "support", "unknown"}
+    assert set(r.evidence[0].signals) == {"cosine", "coverage", "specific", "support", "unknown", "salient"}
     strict = Calibration(
         kind="logistic",
         weights={"bias": -6.0, "cosine": 6.0, "coverage": 1.0},
