@@ -154,9 +154,12 @@ def build_index(work: Path, docs: int, rng: random.Random, corpus: Path | None =
     return settings
 
 
-def side_by_side(settings: Settings, queries: list[str]) -> tuple[list[float], list[float], list[bool]]:
+def side_by_side(
+    settings: Settings, queries: list[str]
+) -> tuple[list[float], list[float], list[bool], list[float]]:
     """(A) the whole lookup and (B) the query embedding plus the store's own hybrid search,
-    alternated query by query: (lookup ms, raw ms, whether each lookup took the fallback)."""
+    alternated query by query: (lookup ms, raw ms, whether each lookup took the fallback, the
+    ms of each lookup's coverage signals for its level: one embedding per question word)."""
     retriever = get_retriever(settings)
     target = retriever.targets("bench")[0]
     stores = open_stores(settings)
@@ -173,12 +176,13 @@ def side_by_side(settings: Settings, queries: list[str]) -> tuple[list[float], l
     for q in queries[:10]:  # warm-up
         retriever.lookup(q, kb_scope="bench")
         raw(q)
-    a_ms, b_ms, retried = [], [], []
+    a_ms, b_ms, retried, coverage = [], [], [], []
     for q in queries:
         t = time.perf_counter()
         result = retriever.lookup(q, kb_scope="bench", mode="hybrid")
         a_ms.append((time.perf_counter() - t) * 1000)
         retried.append(result.retrieval_trace.fallback_reason is not None)
+        coverage.append(result.retrieval_trace.timings_ms.get("support", 0.0))
         t = time.perf_counter()
         raw(q)
         b_ms.append((time.perf_counter() - t) * 1000)
@@ -186,11 +190,14 @@ def side_by_side(settings: Settings, queries: list[str]) -> tuple[list[float], l
         f"chunks in collection: {stores.chunks.count(target.alias, 'bench')}, queries: {len(queries)} "
         f"({sum(retried)} took the fallback retry)"
     )
-    return a_ms, b_ms, retried
+    return a_ms, b_ms, retried, coverage
 
 
-def quiet_summary(a_ms: list[float], b_ms: list[float], retried: list[bool]) -> dict[str, Any]:
+def quiet_summary(
+    a_ms: list[float], b_ms: list[float], retried: list[bool], coverage: list[float]
+) -> dict[str, Any]:
     a50, b50 = statistics.median(a_ms), statistics.median(b_ms)
+    bare50 = statistics.median(a - c for a, c in zip(a_ms, coverage, strict=True))
     # a fallback is a second search by design; the lookups that needed one attempt show the
     # pipeline's own overhead over the raw search
     one = [ms for ms, r in zip(a_ms, retried, strict=True) if not r] or a_ms
@@ -198,7 +205,10 @@ def quiet_summary(a_ms: list[float], b_ms: list[float], retried: list[bool]) -> 
     print(f"(A) lookup_knowledge hybrid       p50 {a50:7.1f} ms   p95 {pct(a_ms, 95):7.1f} ms")
     print(f"    of which one attempt ({len(one):3d})  p50 {one50:7.1f} ms")
     print(f"(B) embed + raw hybrid_search     p50 {b50:7.1f} ms   p95 {pct(b_ms, 95):7.1f} ms")
-    print(f"p50 ratio A/B = {a50 / b50:.2f}  (target <= 1.5); one attempt / B = {one50 / b50:.2f}")
+    print(f"    less its level's coverage signals p50 {bare50:7.1f} ms (those: p50 "
+          f"{statistics.median(coverage):.1f} ms; `level_by_coverage = false` skips them)")
+    print(f"p50 ratio A/B = {a50 / b50:.2f}  (target <= 1.5); one attempt / B = {one50 / b50:.2f}; "
+          f"without the coverage signals / B = {bare50 / b50:.2f}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"memory: RSS {rss_mib():.0f} MiB after the lookups (index, model and stores in process), "
@@ -212,6 +222,8 @@ def quiet_summary(a_ms: list[float], b_ms: list[float], retried: list[bool]) -> 
             "raw_p50_ms": round(b50, 1),
             "raw_p95_ms": round(pct(b_ms, 95), 1),
             "lookup_one_attempt_p50_ms": round(one50, 1),
+            "coverage_signals_p50_ms": round(statistics.median(coverage), 1),
+            "lookup_without_coverage_p50_ms": round(bare50, 1),
             "fallbacks": sum(retried),
             "queries": len(a_ms),
             "rss_mib": round(rss_mib()),
@@ -219,6 +231,7 @@ def quiet_summary(a_ms: list[float], b_ms: list[float], retried: list[bool]) -> 
         "ratios": {
             "lookup_over_raw_p50": round(a50 / b50, 3),
             "one_attempt_over_raw_p50": round(one50 / b50, 3),
+            "without_coverage_over_raw_p50": round(bare50 / b50, 3),
         },
         "targets": {"lookup_over_raw_p50": "<= 1.5"},
     }
@@ -235,8 +248,8 @@ def main() -> int:
         queries = [texts[i % len(texts)] for i in range(args.queries)]
     else:
         queries = [" ".join(rng.sample(VOCAB, rng.randint(3, 7))) for _ in range(args.queries)]
-    a_ms, b_ms, retried = side_by_side(settings, queries)
-    summary = quiet_summary(a_ms, b_ms, retried)
+    a_ms, b_ms, retried, coverage = side_by_side(settings, queries)
+    summary = quiet_summary(a_ms, b_ms, retried, coverage)
     ok = summary["ratios"]["lookup_over_raw_p50"] <= 1.5
     if not args.no_load:
         a50, a95 = summary["metrics"]["lookup_p50_ms"], summary["metrics"]["lookup_p95_ms"]

@@ -19,6 +19,7 @@ stores the fitted level models in the packaged calibration files.
 
     python bench/trust.py [--home bench/.work/trust] [--details out.json] [--scopes a,b]
     python bench/trust.py --fit [--write]
+    python bench/trust.py --predictors  # does scope size or topic concentration predict the error?
     python bench/trust.py --cases       # eval/rag-retrieval/cases/trust-cases.json, for `kbflow eval`
 
 The home is kept between runs (a rerun reindexes nothing that did not change). Ends with one
@@ -187,6 +188,46 @@ def fit(settings: Settings, labelled: list[LabelledQuery], write: bool) -> dict[
     return out
 
 
+def concentration(settings: Settings, kb_scope: str) -> tuple[int, float]:
+    """(documents, mean cosine between the scope's documents' mean chunk vectors): how much of
+    one topic a scope is."""
+    import numpy as np
+
+    from kbflow.evaluation.self_calibration import scope_chunks
+
+    by_doc: dict[str, list] = {}
+    for c in scope_chunks(settings, kb_scope):
+        by_doc.setdefault(c.source, []).append(c.dense)
+    rows = np.array([np.mean(v, axis=0) for v in by_doc.values()], dtype=np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    n = len(rows)
+    return n, float(((rows @ rows.T).sum() - n) / (n * (n - 1))) if n > 1 else 1.0
+
+
+def predictors(settings: Settings, scopes: dict, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Does a scope's size or how much of one topic it is predict its error? Spearman's rho over
+    the trust scopes, per language, against near-domain confidently wrong and weak-only."""
+    from scipy.stats import spearmanr
+
+    out: dict[str, Any] = {}
+    print("\n| scope | documents | concentration | near conf. wrong | weak-only |\n|---|---:|---:|---:|---:|")
+    profile = {name: concentration(settings, sc.kb_scope) for name, sc in scopes.items()}
+    for name, (docs, conc) in profile.items():
+        f = rows[name]
+        print(f"| {name} | {docs} | {conc:.2f} | {_pct(f['near_confidently_wrong'])} | "
+              f"{_pct(f['answerable_weak_only'])} |")
+    for lang in ("en", "zh"):
+        names = [n for n, sc in scopes.items() if sc.language == lang]
+        for error in ("near_confidently_wrong", "answerable_weak_only"):
+            ys = [rows[n][error] for n in names]
+            for i, what in ((0, "documents"), (1, "concentration")):
+                xs = [profile[n][i] for n in names]
+                rho, p = spearmanr(xs, ys) if len(set(ys)) > 1 and len(set(xs)) > 1 else (float("nan"),) * 2
+                out[f"{lang} {error} vs {what}"] = {"rho": round(float(rho), 2), "p": round(float(p), 2)}
+                print(f"{lang}: {error} against {what}: rho {rho:+.2f} (p {p:.2f}, {len(names)} scopes)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--home", type=Path, default=REPO / "bench" / ".work" / "trust")
@@ -194,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scopes", default="", help="comma-separated scope names (default: all)")
     ap.add_argument("--fit", action="store_true", help="fit the packaged level models again and report")
     ap.add_argument("--write", action="store_true", help="with --fit: store them in the packaged files")
+    ap.add_argument("--predictors", action="store_true",
+                    help="whether a scope's size or concentration predicts its error (Spearman)")
     ap.add_argument("--cases", action="store_true",
                     help=f"write the questions as golden cases to {TRUST_CASES.relative_to(REPO)} and stop")
     args = ap.parse_args(argv)
@@ -226,10 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.details:
         args.details.write_text(json.dumps(details, ensure_ascii=False, indent=1), encoding="utf-8")
     fitted = fit(settings, labelled, args.write) if args.fit else {}
+    if args.predictors:
+        metrics_predictors = predictors(settings, scopes, rows)
     metrics = {**rows["all"], **{f"{lang}_{k}": rows[lang][k] for lang in ("en", "zh") for k in TARGETS},
                "questions": len(judged), "scopes": len(scopes), "lookup_seconds": round(seconds, 1)}
     for base, f in fitted.items():
         metrics[f"loso_{base.rsplit('/', 1)[-1]}"] = f["leave_one_scope_out"]
+    if args.predictors:
+        metrics["predictors"] = metrics_predictors
     print(json.dumps({"bench": "trust", "metrics": metrics, "ratios": {},
                       "targets": {k: f"{op} {t}" for k, (op, t) in TARGETS.items()}, "met": ok}))
     return 0
