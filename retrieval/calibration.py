@@ -18,7 +18,7 @@ from sqlalchemy import select
 from kbflow.core.models import DEFAULT_MODEL_ID, E5_MODEL_ID, base_model_id
 from kbflow.core.settings import Settings
 from kbflow.core.sql import CalibrationRow, SqlStore, utcnow
-from kbflow.retrieval.gate import Calibration
+from kbflow.retrieval.gate import LEVELS_SPAN, Calibration
 
 DEFAULT_FILE = Path(__file__).with_name("default_calibration.json")
 PACKAGED = {  # base model id -> its packaged calibration (its backends share it)
@@ -99,24 +99,30 @@ def describe(
     return out
 
 
-SIZE_SPAN = 10  # a scope up to this many times the largest one fitted on is still "like" them
-
-
 def fit_note(cal: Calibration, scope: str, documents: int | None) -> str:
-    """What to do when a scope is much smaller or larger than the scopes its level model was
-    fitted on (the level then is a forecast from unlike data); "" when it is within them."""
+    """What to know, and do, when a scope is much smaller or larger than the scopes its level
+    model was fitted on; "" when it is like them."""
     span = cal.levels.get("scope_documents") if cal.judges_coverage else None
     if not span or documents is None:
         return ""
     low, high = span
-    if low <= documents <= high * SIZE_SPAN:
-        return ""
-    return (
-        f"its level model was fitted on scopes of {low}-{high} documents and this one has {documents}: "
-        "its levels are a forecast from unlike scopes. Label about ten questions of this scope as golden "
-        "cases (answerable ones naming their documents, near- and off-domain ones marked \"negative\") and "
-        f"run `kbflow eval calibrate --golden --cases FILE --scope {scope}` to fit it here"
+    fix = (
+        "Label about ten questions of this scope as golden cases (answerable ones naming their "
+        "documents, near- and off-domain ones marked \"negative\") and run `kbflow eval calibrate "
+        f"--golden --cases FILE --scope {scope}` to fit one here"
     )
+    if not cal.levels_apply(documents):
+        return (
+            f"its level model was fitted on scopes of {low}-{high} documents and this one has {documents}: "
+            f"levels here read quality alone (a level model judges scopes up to {high * LEVELS_SPAN} "
+            f"documents). {fix}"
+        )
+    if documents < low:
+        return (
+            f"its level model was fitted on scopes of {low}-{high} documents and this one has {documents}: "
+            f"its levels are a forecast from larger scopes. {fix}"
+        )
+    return ""
 
 
 def store(sql: SqlStore, cal: Calibration, data: dict) -> None:

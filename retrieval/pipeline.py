@@ -264,9 +264,12 @@ class Retriever:
             if cal.kind != "logistic" or h.quality_signal == "lexical":
                 out.append(h)  # an uncalibrated or lexical gate: levels read quality
                 continue
+            vocab = self._vocabulary(run, h.kb_scope)
+            if cal.judges_coverage and not cal.levels_apply(vocab.docs):
+                out.append(h)  # a scope unlike those its level model saw: levels read quality
+                continue
             model = next(tg.model_id for tg in run.targets if tg.kb_scope == h.kb_scope)
             prof = self._profile(run, model)
-            vocab = self._vocabulary(run, h.kb_scope, prof)
             terms = chunk_terms(h.title, h.breadcrumb, h.content)
             quality = h.quality_score or 0.0
             update = support.judge(cal, quality, prof, run.vectors[model], h.vector, terms, vocab)
@@ -286,10 +289,11 @@ class Retriever:
             run.profiles[model_id] = support.profile(run.request.query, run.vectors[model_id], embed)
         return run.profiles[model_id]
 
-    def _vocabulary(self, run: _Run, scope: str, prof: support.Profile) -> Vocabulary:
+    def _vocabulary(self, run: _Run, scope: str) -> Vocabulary:
         if scope not in run.vocabularies:
+            asked = support.asked_terms(run.request.query)
             with self.stores.sql.session() as session:
-                run.vocabularies[scope] = read_vocabulary(session, scope, prof.asked, run.spec.exclude)
+                run.vocabularies[scope] = read_vocabulary(session, scope, asked, run.spec.exclude)
         return run.vocabularies[scope]
 
     def lookup(

@@ -65,6 +65,12 @@ def query_words(query: str) -> list[Word]:
     return words[:MAX_WORDS]
 
 
+def asked_terms(query: str) -> set[str]:
+    """Every term whose document frequency the signals of this question read."""
+    words = query_words(query)
+    return set(query_terms(query)) | {t for w in words for t in w.terms} | {joined(w) for w in words}
+
+
 def without(query: str, word: Word) -> str:
     return " ".join((query[: word.start] + query[word.end :]).split())
 
@@ -79,10 +85,6 @@ class Profile:
     left_out: np.ndarray  # the question's embedding without each word (rows)
     terms: frozenset[str] = frozenset()  # the question's analysed terms
 
-    @property
-    def asked(self) -> set[str]:
-        """Every term whose document frequency the signals read."""
-        return set(self.terms) | {t for w in self.words for t in w.terms} | {joined(w) for w in self.words}
 
 
 def profile(query: str, vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> Profile:

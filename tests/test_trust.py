@@ -28,6 +28,7 @@ from kbflow.evaluation.trust import (
 from kbflow.ingest.reindex import reindex
 from kbflow.retrieval import support
 from kbflow.retrieval.calibration import packaged_default
+from kbflow.retrieval.gate import Calibration
 from kbflow.retrieval.lookup import lookup_knowledge
 
 REPO = Path(__file__).resolve().parent.parent
@@ -279,3 +280,28 @@ def test_ten_labelled_questions_fit_a_scopes_level_model(settings: Settings, tmp
     cal = stored(sql, model, "trust-ledgerd")
     assert cal is not None and cal.kb_scope == "trust-ledgerd" and cal.judges_coverage
     assert cal.levels["scope_documents"][0] <= 8 <= cal.levels["scope_documents"][1]
+
+
+def test_a_level_model_judges_only_scopes_like_those_it_was_fitted_on(settings: Settings):
+    """Far larger than the scopes it saw (or with no vocabulary counted), levels read quality:
+    fitted on small scopes, the level model was confidently wrong on a 3,000-document corpus."""
+    from kbflow.retrieval import calibration
+
+    packaged = packaged_default("sentence-transformers/all-MiniLM-L6-v2")
+    low, high = packaged.levels["scope_documents"]
+    assert packaged.levels_apply(1) and packaged.levels_apply(high * 10)
+    assert not packaged.levels_apply(high * 10 + 1) and not packaged.levels_apply(0)
+    assert "levels here read quality alone" in calibration.fit_note(packaged, "big", high * 10 + 1)
+
+    assert reindex([LEDGERD], settings=settings).ok
+    sql = SqlStore(settings.resolved_database_url)
+    with sql.session() as s:
+        model = s.get(ScopeRow, "trust-ledgerd").model_id
+    narrow = {**packaged.levels, "scope_documents": [1, 0]}  # "fitted" on nothing this large
+    calibration.store(sql, Calibration.from_dict({**packaged.to_dict(), "model_id": model,
+                                                 "kb_scope": "trust-ledgerd", "levels": narrow}), {})
+    r = lookup_knowledge(
+        "how do I add a new currency to ledgerd", kb_scope="trust-ledgerd", settings=settings
+    )
+    assert r.found and all(e.confidence is None for e in r.evidence)
+    assert r.retrieval_trace.timings_ms.get("support", 0.0) < 20  # and no word was embedded
