@@ -87,13 +87,18 @@ class RootRemoval:
 def list_documents(stores: Stores, scope: str | None = None, root: str | None = None) -> list[DocInfo]:
     """Every document record, optionally of one scope and/or one root (normalised as reindex
     records it, so `docs/` and `./docs` name the same root)."""
-    stmt = select(DocumentRow).order_by(DocumentRow.kb_scope, DocumentRow.root, DocumentRow.source_path)
+    # the columns shown, never the frontmatter kept with the record (a record written before
+    # frontmatter was bounded may hold megabytes of it)
+    stmt = select(
+        DocumentRow.doc_id, DocumentRow.kb_scope, DocumentRow.root, DocumentRow.source_path,
+        DocumentRow.chunk_count, DocumentRow.status, DocumentRow.last_error, DocumentRow.indexed_at,
+    ).order_by(DocumentRow.kb_scope, DocumentRow.root, DocumentRow.source_path)
     if scope is not None:
         stmt = stmt.where(DocumentRow.kb_scope == validate_scope(scope))
     if root is not None:
         stmt = stmt.where(DocumentRow.root == normalize_root(root))
     with stores.sql.session() as session:
-        rows = session.scalars(stmt).all()
+        rows = session.execute(stmt).all()
     return [
         DocInfo(
             doc_id=r.doc_id,

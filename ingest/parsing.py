@@ -15,6 +15,7 @@ Frontmatter is read with YAML's BaseLoader: every scalar stays the string the au
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +33,30 @@ KNOWN_KEYS = {"source", "breadcrumb", "kb_scope", "title", "keywords", "language
 _H1 = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
+MAX_METADATA_BYTES = 64 * 1024  # frontmatter kept per document, as JSON
+MAX_METADATA_DEPTH = 8
+
+
+class _NoAliasLoader(yaml.BaseLoader):
+    """BaseLoader that refuses aliases (`*name`): a few hundred bytes of nested aliases expand
+    to gigabytes when the values are copied out ("billion laughs"), and frontmatter never needs
+    them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise DocumentError(
+                f"frontmatter uses a YAML alias (*{event.anchor}) at line {event.start_mark.line + 1}: "
+                "aliases are refused (a few lines of them can expand to gigabytes); write the value out"
+            )
+        return super().compose_node(parent, index)
+
+
 class _AsWrittenYAML(YAMLHandler):
     """Scalars stay strings: YAML 1.1 would turn `no` into False and `0012` into 10."""
 
     def load(self, fm: str, **kwargs: object) -> Any:
-        meta = yaml.load(fm, Loader=yaml.BaseLoader)  # noqa: S506 - BaseLoader builds no objects
+        meta = yaml.load(fm, Loader=_NoAliasLoader)  # noqa: S506 - BaseLoader builds no objects
         if meta is not None and not isinstance(meta, dict):
             kind = "a list" if isinstance(meta, list) else "a plain string"
             raise DocumentError(
@@ -166,6 +186,7 @@ def parse_document(
         language = "zh" if len(CJK.findall(body)) > 0.2 * max(len(body.strip()), 1) else "en"
 
     extra = {k: _jsonable(v) for k, v in meta.items() if k not in KNOWN_KEYS}
+    _bounded(extra)
     doc = ParsedDocument(
         doc_id=doc_id,
         doc_id_derived=derived,
@@ -212,6 +233,26 @@ def _breadcrumb(value: Any) -> list[str]:
         except InvalidValue as exc:
             raise DocumentError(f"breadcrumb: {exc}") from exc
     return breadcrumb
+
+
+def _bounded(extra: dict[str, Any]) -> None:
+    """The frontmatter kept with the record stays small: at most MAX_METADATA_BYTES as JSON,
+    nested at most MAX_METADATA_DEPTH deep."""
+    def depth(value: Any) -> int:
+        if isinstance(value, dict):
+            return 1 + max((depth(v) for v in value.values()), default=0)
+        if isinstance(value, list):
+            return 1 + max((depth(v) for v in value), default=0)
+        return 0
+
+    if depth(extra) > MAX_METADATA_DEPTH:
+        raise DocumentError(f"frontmatter is nested more than {MAX_METADATA_DEPTH} levels deep")
+    size = len(json.dumps(extra, ensure_ascii=False).encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise DocumentError(
+            f"frontmatter holds {size} bytes of extra keys, over the {MAX_METADATA_BYTES} a document may "
+            "keep: move the data into the body"
+        )
 
 
 def _jsonable(value: Any) -> Any:

@@ -239,18 +239,31 @@ def _scan_folder(folder: str, rel: str) -> tuple[list[Found], list[tuple[str, st
             if entry.name.startswith("."):
                 continue
             child = f"{rel}/{entry.name}" if rel else entry.name
-            if entry.is_dir():  # follows a symlinked folder, as the walk always has
-                subdirs.append((entry.path, child))
-                continue
-            suffix = os.path.splitext(entry.name)[1].lower()
-            if entry.is_symlink() and not os.path.exists(entry.path):
-                if suffix in MARKDOWN_SUFFIXES or not suffix:
-                    problems.append((Path(entry.path), f"dangling symlink to {os.readlink(entry.path)}"))
-                continue
-            if suffix in MARKDOWN_SUFFIXES and entry.is_file():
-                found.append(Found(entry.path, child, entry.stat()))
+            try:
+                _entry(entry, child, found, subdirs, problems)
+            except OSError as exc:  # e.g. a link that loops (self.md -> self.md): it alone fails
+                if os.path.splitext(entry.name)[1].lower() in MARKDOWN_SUFFIXES or entry.is_symlink():
+                    what = "symlink" if entry.is_symlink() else "entry"
+                    problems.append((Path(entry.path), f"cannot follow {what}: {exc.strerror or exc}"))
     subdirs.sort()
     return found, subdirs, problems
+
+
+def _entry(
+    entry: os.DirEntry, child: str, found: list[Found], subdirs: list[tuple[str, str]],
+    problems: list[tuple[Path, str]],
+) -> None:
+    """Sort one folder entry into the Markdown files, the sub-folders and the dangling links."""
+    if entry.is_dir():  # follows a symlinked folder, as the walk always has
+        subdirs.append((entry.path, child))
+        return
+    suffix = os.path.splitext(entry.name)[1].lower()
+    if entry.is_symlink() and not os.path.exists(entry.path):
+        if suffix in MARKDOWN_SUFFIXES or not suffix:
+            problems.append((Path(entry.path), f"dangling symlink to {os.readlink(entry.path)}"))
+        return
+    if suffix in MARKDOWN_SUFFIXES and entry.is_file():
+        found.append(Found(entry.path, child, entry.stat()))
 
 
 def scan_roots(
