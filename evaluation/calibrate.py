@@ -19,12 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from kbflow.core.errors import InputError
 from kbflow.retrieval.gate import FEATURES, Calibration
 
 MAX_FALSE_NO_EVIDENCE = 0.02
 TOP_HITS = 5  # candidates per query that the model is fitted on
 REFERENCE_LEVEL, PRECISE_LEVEL = 0.5, 0.8
 RIDGE = 1e-2
+
+
+class CalibrationDataError(InputError, ValueError):
+    """The labelled queries cannot teach a calibration; the message says what is missing."""
 
 
 @dataclass
@@ -153,9 +158,12 @@ def calibrate(
     """Fit the model, choose the floor by the objective, report what it achieves."""
     x, y = training_set(queries, features)
     if len(set(y.tolist())) < 2:
-        raise ValueError(
-            "calibration needs relevant and irrelevant candidates: give answerable queries whose "
-            "relevant documents are retrieved, and unanswerable ones"
+        answered = sum(1 for q in queries if q.answerable and any(r for _, r in q.hits[:TOP_HITS]))
+        which = "only relevant" if y.size and y.min() == 1 else "no relevant"
+        raise CalibrationDataError(
+            f"calibration needs relevant and irrelevant candidates, and these {len(queries)} queries give "
+            f"{which} ones ({answered} answerable with their document among the first candidates): "
+            "give answerable queries whose documents are retrieved, and unanswerable ones"
         )
     w = fit_logistic(x, y)
     weights = {

@@ -235,6 +235,9 @@ def by_model(queries: Sequence[LabelledQuery], wanted: str | None) -> dict[str, 
     return dict(sorted(groups.items()))
 
 
+SELF_MIN_DOCUMENTS = 2
+
+
 def calibrate_command(args: Any, settings: Settings) -> int:
     """`kbflow eval calibrate`: one calibration per model the queries were embedded with; exit 0
     when each meets the objective, 1 when one cannot, 2 on bad input."""
@@ -255,6 +258,12 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         )
         return 2
     pool = settings.retrieve_k
+    if self_pairs and (scope_size(settings, args.scope) or 0) < SELF_MIN_DOCUMENTS:
+        print(f"kbflow: error: scope {args.scope} has {scope_size(settings, args.scope) or 0} indexed "
+              f"document(s); --self needs at least {SELF_MIN_DOCUMENTS}: each pseudo-query is also asked "
+              "with its document left out, which must leave other documents to find. Label questions "
+              "instead: `kbflow eval calibrate --golden --cases FILE --scope S`", file=sys.stderr)
+        return 2
     try:
         queries, sources = collect(args, settings, pool)
     except ValueError as exc:  # e.g. --self on a scope that is not indexed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from typing import Any
 
 LOCK_LOGGER = "milvus_lite.server_manager"
 
@@ -72,3 +73,54 @@ def say_error(message: str, exit_code: int = 2) -> int:
     one_line = re.sub(r"\s*\n\s*", " ", message).strip()
     print(f"kbflow: error: {one_line}", file=sys.stderr)
     return exit_code
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """The SQL database could not be reached or refused the connection (not a bug of ours)."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def database_message(exc: BaseException, settings: object) -> str:
+    """One line for a database that cannot be reached: where (its password hidden), the
+    driver's first line of why, and where the address comes from."""
+    url = getattr(settings, "resolved_database_url", "") if settings is not None else ""
+    where = url
+    try:
+        from sqlalchemy.engine import make_url
+
+        where = make_url(url).render_as_string(hide_password=True) if url else "the database"
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as configured, password or not
+        where = "the configured database"
+    orig = getattr(exc, "orig", None) or exc
+    why = next((line.strip() for line in str(orig).splitlines() if line.strip()), type(exc).__name__)
+    return (
+        f"cannot reach the database {where}: {why}. Check that it is running and reachable, or point "
+        "KBFLOW_DATABASE_URL (--database-url) at one that is"
+    )
+
+
+def reader_gone() -> int:
+    """The reader of our output went away (`kbflow … | head`): stop quietly, not with a
+    traceback. Exit 0: a reader that has read enough is not a failure of the command."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail
+    except OSError:
+        pass
+    return 0
+
+
+def console(**options: Any) -> Any:
+    """A rich Console whose broken pipe is ours to handle: rich exits 1 on its own, the CLI
+    exits 0 quietly for a reader that has read enough (`reader_gone`)."""
+    from rich.console import Console
+
+    class _PipedConsole(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return _PipedConsole(**options)

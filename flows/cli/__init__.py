@@ -82,9 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    with config_file(args.config):
-        return _run(args)
+    from kbflow.flows.errors import reader_gone
+
+    try:
+        args = build_parser().parse_args(argv)  # --help prints here
+        with config_file(args.config):
+            return _run(args)
+    except BrokenPipeError:  # `kbflow … | head`: the reader has read enough
+        return reader_gone()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -93,7 +98,13 @@ def _run(args: argparse.Namespace) -> int:
     from pydantic_settings import SettingsError
 
     from kbflow.core.errors import KbflowError
-    from kbflow.flows.errors import error_message, quiet_lock_traceback, say_error
+    from kbflow.flows.errors import (
+        database_message,
+        error_message,
+        is_database_error,
+        quiet_lock_traceback,
+        say_error,
+    )
 
     quiet_lock_traceback()
     settings: Any = None
@@ -107,3 +118,7 @@ def _run(args: argparse.Namespace) -> int:
     except KbflowError as exc:
         uri = settings.resolved_milvus_uri if settings is not None else None
         return say_error(error_message(exc, uri), exc.exit_code)
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        return say_error(database_message(exc, settings), 3)

@@ -11,10 +11,11 @@ from typing import Any
 @contextmanager
 def progress_bar(enabled: bool = True) -> Iterator[Callable[[int], None]]:
     """A bar of audit rows read (on a terminal, on stderr); yields its advance function."""
-    from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    from kbflow.flows.errors import console as piped_console
+
+    console = piped_console(stderr=True)
     if not enabled or not console.is_terminal:
         yield lambda n: None
         return
@@ -29,10 +30,11 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[int], None]]:
 
 
 def print_gaps(report: Any, top: int = 20) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from kbflow.flows.errors import console as piped_console
+
+    console = piped_console()
     if not console.is_terminal:
         console.width = 200
     scope = f"scope {report.scope}" if report.scope else "every scope"

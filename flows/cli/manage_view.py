@@ -9,9 +9,9 @@ from typing import Any
 
 
 def _console(soft_wrap: bool = False) -> Any:
-    from rich.console import Console
+    from kbflow.flows.errors import console as piped_console
 
-    console = Console(soft_wrap=soft_wrap)
+    console = piped_console(soft_wrap=soft_wrap)
     if not soft_wrap and not console.is_terminal:
         console.width = 400
     return console

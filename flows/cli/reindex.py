@@ -79,9 +79,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
-    from rich.console import Console
-
     from kbflow.flows.cli.views import print_reindex_summary
+    from kbflow.flows.errors import console as piped_console
     from kbflow.ingest.sources import resolve_roots
 
     resolve_roots(args.paths)  # a missing or unreadable root fails before anything loads
@@ -95,13 +94,13 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     else:
         from kbflow.evaluation.recalibrate import refresh
 
-        summary = _in_process(args, settings, Console(stderr=True))
+        summary = _in_process(args, settings, piped_console(stderr=True))
         # a rebuilt scope's calibration describes chunks that are gone: fitted again on its recipe
         refits = [r.__dict__ for r in refresh(settings, list(summary.scopes))]
     if args.json:
         print(json.dumps({**summary.to_dict(), "calibrations": refits}, ensure_ascii=False))
     else:
-        print_reindex_summary(summary, Console(soft_wrap=True))
+        print_reindex_summary(summary, piped_console(soft_wrap=True))
         print_refits(refits)
     return 0 if summary.ok else 1
 
