@@ -53,7 +53,7 @@ def test_upgrade_keeps_existing_data(database_url, tmp_path, capsys):
     assert (
         main(["db", "upgrade", "--database-url", database_url, "--home", str(tmp_path / "h"), "--json"]) == 0
     )
-    assert '"from": "0001", "to": "0007"' in capsys.readouterr().out
+    assert '"from": "0001", "to": "0008"' in capsys.readouterr().out
     sql = SqlStore(database_url)
     with sql.session() as s:
         assert s.scalars(select(DocumentRow.title)).all() == ["Kept"]
