@@ -11,6 +11,7 @@ so a run never holds the whole corpus's text.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Sequence
@@ -241,10 +242,10 @@ def _scan_folder(folder: str, rel: str) -> tuple[list[Found], list[tuple[str, st
             child = f"{rel}/{entry.name}" if rel else entry.name
             try:
                 _entry(entry, child, found, subdirs, problems)
-            except OSError as exc:  # e.g. a link that loops (self.md -> self.md): it alone fails
-                if os.path.splitext(entry.name)[1].lower() in MARKDOWN_SUFFIXES or entry.is_symlink():
-                    what = "symlink" if entry.is_symlink() else "entry"
-                    problems.append((Path(entry.path), f"cannot follow {what}: {exc.strerror or exc}"))
+            except OSError as exc:  # a link that loops (self.md -> self.md) fails alone, named
+                if exc.errno != errno.ELOOP:
+                    raise  # anything else is the folder's (e.g. not searchable): reported whole
+                problems.append((Path(entry.path), f"cannot follow symlink: {exc.strerror or exc}"))
     subdirs.sort()
     return found, subdirs, problems
 
