@@ -49,6 +49,9 @@ class ScopeSettings(BaseModel):
     )
 
 
+MAX_QUERY_CHARS_CAP = 4000  # what one HTTP lookup body carries at any encoding (12 bytes a character)
+
+
 class ConfigFileError(InputError, ValueError):
     """A settings file that was named but is missing, or that is not valid TOML."""
 
@@ -271,7 +274,10 @@ class Settings(BaseSettings):
         "quality from lexical coverage: all-MiniLM-L6-v2 gives no meaningful distance for Chinese.",
     )
     context_char_budget: int = Field(4000, ge=100, description="Characters of evidence text a lookup packs.")
-    max_query_chars: int = Field(500, ge=1, description="Longer queries are answered truncated (flagged).")
+    max_query_chars: int = Field(
+        500, ge=1, le=MAX_QUERY_CHARS_CAP,
+        description="Longer queries are answered truncated (flagged), on every path.",
+    )
     max_excerpt_chars: int = Field(1200, ge=1, description="Agent projection: longest excerpt per item.")
     max_evidence: int = Field(8, ge=1, description="Agent projection: most evidence items.")
     max_projection_bytes: int = Field(

@@ -243,27 +243,11 @@ def calibrate_command(args: Any, settings: Settings) -> int:
     when each meets the objective, 1 when one cannot, 2 on bad input."""
     from kbflow.evaluation.calibrate import calibrate
 
-    self_pairs = getattr(args, "self_pairs", False)
-    if not (args.golden or args.beir or self_pairs):
-        print("kbflow: error: give --golden, --beir DIR --scope S, --self --scope S, or several",
-              file=sys.stderr)
+    refused = _refusal(args, settings)
+    if refused:
+        print(f"kbflow: error: {refused}", file=sys.stderr)
         return 2
-    if self_pairs and not args.scope:
-        print("kbflow: error: --self needs --scope S (the scope whose documents make the queries)",
-              file=sys.stderr)
-        return 2
-    if args.beir and not args.scope:
-        print(
-            "kbflow: error: --beir needs --scope S (the scope the dataset is ingested into)", file=sys.stderr
-        )
-        return 2
-    pool = settings.retrieve_k
-    if self_pairs and (scope_size(settings, args.scope) or 0) < SELF_MIN_DOCUMENTS:
-        print(f"kbflow: error: scope {args.scope} has {scope_size(settings, args.scope) or 0} indexed "
-              f"document(s); --self needs at least {SELF_MIN_DOCUMENTS}: each pseudo-query is also asked "
-              "with its document left out, which must leave other documents to find. Label questions "
-              "instead: `kbflow eval calibrate --golden --cases FILE --scope S`", file=sys.stderr)
-        return 2
+    pool, self_pairs = settings.retrieve_k, getattr(args, "self_pairs", False)
     try:
         queries, sources = collect(args, settings, pool)
     except ValueError as exc:  # e.g. --self on a scope that is not indexed
@@ -295,6 +279,26 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         results.append((result, group))
     _save(args, settings, results, pool)
     return 0 if all(r.rates["objective_met"] for r, _ in results) else 1
+
+
+def _refusal(args: Any, settings: Settings) -> str | None:
+    """Why these arguments cannot calibrate (exit 2), or None."""
+    self_pairs = getattr(args, "self_pairs", False)
+    if not (args.golden or args.beir or self_pairs):
+        return "give --golden, --beir DIR --scope S, --self --scope S, or several"
+    if self_pairs and not args.scope:
+        return "--self needs --scope S (the scope whose documents make the queries)"
+    if args.beir and not args.scope:
+        return "--beir needs --scope S (the scope the dataset is ingested into)"
+    size = scope_size(settings, args.scope) if self_pairs else None
+    if self_pairs and not size:
+        return f"scope {args.scope!r} is not indexed: run `kbflow reindex` first"
+    if self_pairs and size < SELF_MIN_DOCUMENTS:
+        return (f"scope {args.scope} has {size} indexed document(s); --self needs at least "
+                f"{SELF_MIN_DOCUMENTS}: each pseudo-query is also asked with its document left out, which "
+                "must leave other documents to find. Label questions instead: `kbflow eval calibrate "
+                "--golden --cases FILE --scope S`")
+    return None
 
 
 def scope_size(settings: Settings, scope: str | None) -> int | None:

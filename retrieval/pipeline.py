@@ -44,8 +44,36 @@ class LookupRejected(InputError, ValueError):
     """Bad lookup input (empty query, invalid scope or mode); the message says which."""
 
 
+def excluded_sources(exclude: str | Sequence[str]) -> tuple[str, ...]:
+    """`exclude` as sources: a string is one source (never its characters); anything else that
+    is not a list of strings is refused rather than silently matching nothing."""
+    if isinstance(exclude, str):
+        return (exclude,)
+    items = tuple(exclude)
+    if not all(isinstance(x, str) for x in items):
+        wrong = repr(exclude)[:200]
+        raise LookupRejected(f"exclude names documents by source: a string or a list of strings, not {wrong}")
+    return tuple(sorted(set(items)))
+
+
 class IndexMissing(StoreError, RuntimeError):
     """Nothing has been indexed yet."""
+
+
+class UnknownScope(LookupRejected):
+    """No scope of that name: a typo is an error, never "no usable evidence" (nor a knowledge
+    gap). Scopes are case-sensitive."""
+
+
+def unknown_scope_message(scope: str, scopes: list[str]) -> str:
+    import difflib
+
+    folded = {s.lower(): s for s in scopes}
+    close = difflib.get_close_matches(scope, scopes, n=1, cutoff=0.6)
+    near = folded.get(scope.lower()) or (close[0] if close else None)
+    hint = f"; did you mean {near!r}?" if near else ""
+    shown = ", ".join(scopes[:20]) + (f" and {len(scopes) - 20} more" if len(scopes) > 20 else "")
+    return f"no scope {scope!r} (scopes are case-sensitive): the scopes are {shown}{hint}"
 
 
 MODES = ("hybrid", "dense", "bm25")
@@ -120,11 +148,14 @@ class Retriever:
             if kb_scope:
                 q = q.where(ScopeRow.kb_scope == kb_scope)
             rows = session.scalars(q).all()
-            if not rows and not kb_scope:  # no scope filter: rows are every scope there is
-                raise IndexMissing(
-                    f"no knowledge is indexed in {self.settings.resolved_milvus_uri}; "
-                    "run `kbflow reindex PATH` first"
-                )
+            if not rows:
+                every = [] if not kb_scope else list(session.scalars(select(ScopeRow.kb_scope)))
+                if not every:  # nothing indexed at all
+                    raise IndexMissing(
+                        f"no knowledge is indexed in {self.settings.resolved_milvus_uri}; "
+                        "run `kbflow reindex PATH` first"
+                    )
+                raise UnknownScope(unknown_scope_message(kb_scope or "", sorted(every)))
             calibrated = session.scalar(select(func.max(CalibrationRow.created_at)))
         out = []
         for r in rows:
@@ -303,11 +334,12 @@ class Retriever:
         kb_scope: str | None = None,
         mode: str | None = None,
         depth: int | None = None,
-        exclude: Sequence[str] = (),
+        exclude: str | Sequence[str] = (),
         caller: str | None = None,
     ) -> LookupResult:
         """`depth` asks for at least that many candidates (the eval ranks them); the evidence
-        returned is still bounded by return_n. `exclude` names documents (by source) to search
+        returned is still bounded by return_n. `exclude` names documents (by source; a string is
+        one source) to search
         as if they were not indexed — in L0 and in both legs: how the gate's calibration makes
         a near-domain question from an answerable one. `caller` names who asked, in the audit
         (cli, http:<key id>, eval…; default python)."""
@@ -315,7 +347,7 @@ class Retriever:
         timer = _Timer()
         t0 = t = time.perf_counter()
         targets = self.targets(request.kb_scope)
-        left_out = tuple(sorted(set(exclude)))
+        left_out = excluded_sources(exclude)
         with self.stores.sql.session() as session:
             nav = navigate(session, request.query, [tg.kb_scope for tg in targets], left_out)
         t = timer.stage("l0", t)

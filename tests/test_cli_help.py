@@ -64,6 +64,8 @@ def test_an_expected_error_is_one_line_with_its_class_exit_code(monkeypatch, cap
         raise error("the store is\nbusy")
 
     monkeypatch.setattr(cli.manage, "status", fails)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "kbflow.db").touch()  # a home: status reads one, never makes one
     assert main(["status", "--home", str(tmp_path / "home")]) == code
     out, err = capsys.readouterr()
     assert out == "" and err == "kbflow: error: the store is busy\n"  # one line, no traceback

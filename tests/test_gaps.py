@@ -236,5 +236,5 @@ def test_rows_audited_before_kbflow_kept_embeddings_are_embedded_again(small_hom
 def test_a_home_with_nothing_in_it_is_told_not_created(tmp_path):
     for command in (["gaps"], ["report", "--html", str(tmp_path / "r.html")], ["audit", "purge"]):
         done = run_cli(*command, home=tmp_path / "nowhere")
-        assert done.returncode == 2 and "nothing is indexed or audited" in done.stderr, done.stderr
+        assert done.returncode == 2 and "no kbflow home at" in done.stderr, done.stderr
     assert not (tmp_path / "nowhere").exists()

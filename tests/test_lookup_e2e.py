@@ -204,8 +204,9 @@ def test_bad_input(seeded, tmp_path):
         lookup_knowledge("x", kb_scope='x" or kb_scope != "', settings=seeded)
     with pytest.raises(LookupRejected, match="invalid mode"):
         lookup_knowledge("x", mode="sparse", settings=seeded)
-    unknown = lookup_knowledge("kafka lag", kb_scope="no-such-scope", settings=seeded)
-    assert not unknown.found and unknown.candidate_count == 0
+    # a scope that does not exist is an error naming the ones that do (not "no usable evidence")
+    with pytest.raises(LookupRejected, match=r"no scope 'rag_eval'.*did you mean 'rag-eval'\?"):
+        lookup_knowledge("kafka lag", kb_scope="rag_eval", settings=seeded)
     long = lookup_knowledge("kafka consumer lag " * 60, kb_scope="rag-eval", settings=seeded)
     assert long.query_truncated and len(long.query) == 500 and project_for_agent(long).truncated
     with pytest.raises(IndexMissing, match="kbflow reindex"):

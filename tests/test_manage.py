@@ -121,8 +121,8 @@ def test_docs_list_table_json_and_filters(capsys, settings, two_roots):
     row = next(line for line in out.splitlines() if "redis-evict" in line)  # one line per document
     assert "s1" in row and str(a / "cache/redis.md") in row and "indexed" in row
 
-    rc, out, _ = kb(capsys, settings, "docs", "list", "--scope", "nope")
-    assert rc == 0 and "no documents indexed for scope nope" in out
+    rc, out, err = kb(capsys, settings, "docs", "list", "--scope", "nope")
+    assert rc == 2 and "no scope 'nope'" in err and "the scopes are s1, s2" in err
     rc, _, err = kb(capsys, settings, "docs", "list", "--scope", 'x" or kb_scope != "')
     assert rc == 2 and "invalid kb_scope" in err
 
@@ -149,16 +149,15 @@ def test_scope_delete_dry_run_then_yes(capsys, settings, stores, two_roots):
     assert (removed["documents"], removed["l0_entries"], removed["alias"]) == (3, 3, alias)
     assert leftover in removed["collections"] and len(removed["collections"]) == 2
 
-    assert evidence_docs(capsys, settings, query, "s1") == []
-    lookup = kb_json(capsys, settings, "lookup", query, "--scope", "s1")
-    assert lookup["found"] is False
+    rc, _, err = kb(capsys, settings, "lookup", query, "--scope", "s1")  # a deleted scope is unknown
+    assert rc == 2 and "no scope 's1'" in err and "the scopes are s2" in err
     status = kb_json(capsys, settings, "status")
     assert [s["kb_scope"] for s in status["scopes"]] == ["s2"]
     rc, out, _ = kb(capsys, settings, "status")
     assert "scope s2:" in out and "scope s1:" not in out
     assert alias not in stores.milvus.list_aliases()["aliases"]
     assert not [c for c in stores.milvus.list_collections() if c.startswith(alias)]
-    assert kb_json(capsys, settings, "docs", "list", "--scope", "s1")["count"] == 0
+    assert kb(capsys, settings, "docs", "list", "--scope", "s1")[0] == 2  # no such scope now
     with stores.sql.session() as s:
         assert not s.scalars(select(L0TermRow).where(L0TermRow.kb_scope == "s1")).first()
     assert milvus_doc_ids(stores, "s2") == {"disk-full"}  # the other scope is untouched

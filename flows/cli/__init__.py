@@ -24,6 +24,7 @@ from kbflow.flows.cli import config, db, gaps, lookup, manage, reindex, serve  #
 from kbflow.flows.cli import eval as eval_command  # noqa: E402
 from kbflow.flows.cli.options import (  # noqa: E402
     CONFIG_HELP,
+    check_home,
     config_file,
     settings_error_message,
     settings_from_args,
@@ -110,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     settings: Any = None
     try:
         settings = settings_from_args(args)
+        check_home(args, settings)
         return args.func(args, settings)
     except ValidationError as exc:
         return say_error(validation_message(exc))

@@ -30,6 +30,7 @@ def add_parsers(sub: Any) -> None:
 
 def settings_in_effect(args: argparse.Namespace, settings: Any) -> dict[str, Any]:
     """{"file": the settings file read or None, "settings": {name: {"value", "source"}}}."""
+    from kbflow.core.home import FOUND_ABOVE
     from kbflow.core.settings import config_file, public_value, setting_origins
 
     flags = {field: f"flag {flag}" for field, (_, flag) in flag_overrides(args).items()}
@@ -39,7 +40,7 @@ def settings_in_effect(args: argparse.Namespace, settings: Any) -> dict[str, Any
         value = getattr(settings, name)
         source = origins[name]
         if source == "default" and value != field.get_default(call_default_factory=True):
-            source = "derived from the other settings"
+            source = FOUND_ABOVE if name == "home" else "derived from the other settings"
         out[name] = {"value": public_value(name, value), "source": source}
     path = config_file()
     return {"file": str(path) if path else None, "settings": out}

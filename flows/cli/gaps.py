@@ -9,7 +9,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from kbflow.flows.cli.options import RAW, add_store_flags
+from kbflow.flows.cli.options import RAW, add_store_flags, require_scope
 
 GAPS_EPILOG = """\
 Every lookup is audited in SQL. gaps takes the window's lookups that were answered "no usable
@@ -44,7 +44,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--top", type=int, default=20, help="groups shown (default 20; --json has all)")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
     add_store_flags(p)
-    p.set_defaults(func=gaps)
+    p.set_defaults(func=gaps, reads_home=True)
 
     r = sub.add_parser(
         "report",
@@ -58,7 +58,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--scope", help="one kb_scope (default every scope)")
     r.add_argument("--since", default="30d", help="the window: 7d, 30d, 12w … (default 30d)")
     add_store_flags(r)
-    r.set_defaults(func=report)
+    r.set_defaults(func=report, reads_home=True)
 
     audit = sub.add_parser("audit", help="the lookup audit: retention").add_subparsers(
         dest="audit_command", required=True, metavar="COMMAND", help="purge"
@@ -72,7 +72,7 @@ def add_parsers(sub: Any) -> None:
     )
     purge.add_argument("--yes", action="store_true", help="delete (without it: count only)")
     add_store_flags(purge)
-    purge.set_defaults(func=audit_purge)
+    purge.set_defaults(func=audit_purge, reads_home=True)
 
 
 def _sql(settings: Any) -> Any:
@@ -108,6 +108,7 @@ def gaps(args: argparse.Namespace, settings: Any) -> int:
 
     since = _since(args.since)
     sql = _sql(settings)
+    require_scope(sql, args.scope, audited=True)
     with progress_bar(enabled=not args.json) as advance:
         report = knowledge_gaps(
             sql, model_embedder(settings), scope=args.scope, since=since, progress=advance
@@ -157,7 +158,7 @@ def report(args: argparse.Namespace, settings: Any) -> int:
     from kbflow.flows.report import write_owner_report
 
     since = _since(args.since)
-    _sql(settings)
+    require_scope(_sql(settings), args.scope, audited=True)
     path = write_owner_report(settings, Path(args.html), since=since, scope=args.scope)
     print(json.dumps({"html": str(path)}) if args.json else f"wrote {path} (open it in a browser)")
     return 0

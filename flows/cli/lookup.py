@@ -44,7 +44,7 @@ def add_parsers(sub: Any) -> None:
         "is sent to it, with its settings, and no model is loaded)",
     )
     add_store_flags(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, reads_home=True)
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from kbflow.flows.cli import manage_view as view
-from kbflow.flows.cli.options import RAW, add_store_flags
+from kbflow.flows.cli.options import RAW, add_store_flags, known_scopes, require_scope
 
 DOCS_EPILOG = """\
 status: indexed (served), writing (a run was interrupted: the next reindex redoes it),
@@ -75,7 +75,7 @@ def _status_parser(sub: Any) -> None:
         "documents are not listed.",
     )
     add_store_flags(p)
-    p.set_defaults(func=status)
+    p.set_defaults(func=status, reads_home=True)
 
 
 def _docs_parser(sub: Any) -> None:
@@ -96,7 +96,7 @@ def _docs_parser(sub: Any) -> None:
     p.add_argument("--scope", help="only this kb_scope")
     p.add_argument("--root", help="only documents indexed from this root directory")
     add_store_flags(p)
-    p.set_defaults(func=docs_list)
+    p.set_defaults(func=docs_list, reads_home=True)
 
 
 def _scope_parser(sub: Any) -> None:
@@ -114,7 +114,7 @@ def _scope_parser(sub: Any) -> None:
     p.add_argument("scope", metavar="SCOPE", help="the kb_scope to remove")
     _removal_flags(p)
     add_store_flags(p)
-    p.set_defaults(func=scope_delete)
+    p.set_defaults(func=scope_delete, reads_home=True)
 
 
 def _forget_parser(sub: Any) -> None:
@@ -134,7 +134,7 @@ def _forget_parser(sub: Any) -> None:
     )
     _removal_flags(p)
     add_store_flags(p)
-    p.set_defaults(func=forget)
+    p.set_defaults(func=forget, reads_home=True)
 
 
 def _removal_flags(p: argparse.ArgumentParser) -> None:
@@ -196,7 +196,9 @@ def docs_list(args: argparse.Namespace, settings: Any) -> int:
     from kbflow.core.stores import open_stores
     from kbflow.ingest.manage import list_documents
 
-    docs = list_documents(open_stores(settings), scope=args.scope, root=args.root)
+    stores = open_stores(settings)
+    require_scope(stores.sql, args.scope)
+    docs = list_documents(stores, scope=args.scope, root=args.root)
     if args.json:
         _dump({"count": len(docs), "documents": [d.to_dict() for d in docs]})
     else:
@@ -212,7 +214,9 @@ def scope_delete(args: argparse.Namespace, settings: Any) -> int:
     if args.json:
         _dump({**plan.to_dict(), "dry_run": not args.yes})
     if plan.empty:
-        return _refuse(f"nothing is indexed under scope {args.scope!r} (`kbflow status` lists the scopes)")
+        scopes = known_scopes(open_stores(settings).sql)
+        there = f": the scopes are {', '.join(scopes[:20])}" if scopes else ""
+        return _refuse(f"nothing is indexed under scope {args.scope!r}{there}")
     if not args.json:
         for line in view.scope_delete_lines(plan, removed=args.yes):
             print(line)

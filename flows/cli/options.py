@@ -55,6 +55,7 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
 def settings_from_args(args: argparse.Namespace) -> Any:
     """Settings: flags > KBFLOW_* environment > the settings file > defaults. A per-scope flag
     (--model with --scope) is merged into the scopes the file or environment set."""
+    from kbflow.core.home import with_found_home
     from kbflow.core.settings import Settings
 
     values = {field: value for field, (value, _) in flag_overrides(args).items()}
@@ -64,7 +65,17 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         for name, own in values["scopes"].items():
             merged[name] = {**merged.get(name, {}), **own}
         values["scopes"] = merged
-    return Settings(**values)
+    return with_found_home(Settings(**values))
+
+
+def check_home(args: argparse.Namespace, settings: Any) -> None:
+    """A command that only reads (lookup, status, docs list, gaps, report, audit, scope delete,
+    forget) never makes a home: where there is none, it says where it looked and how to point
+    at one."""
+    from kbflow.core.home import require_home
+
+    if getattr(args, "reads_home", False):
+        require_home(settings)
 
 
 @contextmanager
@@ -135,3 +146,31 @@ def say_what_loads(settings: Any) -> None:
         f"({model}; Chinese scopes: {settings.multilingual_model or model}) …",
         file=sys.stderr,
     )
+
+
+def known_scopes(sql: Any, *, audited: bool = False) -> list[str]:
+    """The scopes indexed (and, for commands that read the audit, the scopes ever looked up)."""
+    from sqlalchemy import select
+
+    from kbflow.core.sql import LookupAuditRow, ScopeRow
+
+    with sql.session() as session:
+        names = set(session.scalars(select(ScopeRow.kb_scope)))
+        if audited:
+            names |= {s for s in session.scalars(select(LookupAuditRow.kb_scope).distinct()) if s}
+    return sorted(names)
+
+
+def require_scope(sql: Any, scope: str | None, *, audited: bool = False) -> None:
+    """A --scope that names no scope is an error (exit 2) naming the ones there are, not an
+    empty answer that reads like "nothing there"."""
+    from kbflow.core.validation import validate_scope
+    from kbflow.retrieval.pipeline import UnknownScope, unknown_scope_message
+
+    if not scope:
+        return
+    validate_scope(scope)  # an invalid name is told as such, not as one that is missing
+    scopes = known_scopes(sql, audited=audited)
+    if scope not in scopes:
+        raise UnknownScope(unknown_scope_message(scope, scopes) if scopes else f"no scope {scope!r}: "
+                           "nothing is indexed here yet (`kbflow reindex PATH --scope S` makes one)")
