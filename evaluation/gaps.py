@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from kbflow.core.evidence_keys import source_of
 from kbflow.core.sql import DocumentRow, LookupAuditRow, ScopeRow, SqlStore
 from kbflow.evaluation.clustering import (
     DEFAULT_METHOD,
@@ -104,7 +105,7 @@ class GapsReport:
 
 
 def doc_of(evidence_key: str) -> str:
-    return evidence_key.rsplit("#", 1)[0]
+    return source_of(evidence_key)
 
 
 def _at(row_time: datetime) -> datetime:

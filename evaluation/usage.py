@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
+from kbflow.core.evidence_keys import source_of
 from kbflow.core.sql import DocumentRow, LookupAuditRow, SqlStore
 
 RETRY = "UNFILTERED_VECTOR_RETRY"  # the fallback's attempt: the L0-filtered one came back weak
@@ -44,7 +45,7 @@ def rescued_lookups(sql: SqlStore, scope: str | None, since: datetime, limit: in
                 {
                     "query": row.query,
                     "misleading_category": first.get("categoryFilter"),
-                    "found": row.evidence_keys[0].rsplit("#", 1)[0] if row.evidence_keys else None,
+                    "found": source_of(row.evidence_keys[0]) if row.evidence_keys else None,
                     "at": at.isoformat(timespec="seconds"),
                     "caller": row.caller or "python",
                 }

@@ -20,6 +20,7 @@ import numpy as np
 
 from kbflow.core.analysis import LexicalConfig
 from kbflow.core.chunk_store import ChunkRow, ChunkStore
+from kbflow.core.evidence_keys import evidence_key
 from kbflow.retrieval.contracts import Hit
 from kbflow.retrieval.fusion import convex, rrf
 from kbflow.retrieval.gate import coverage, query_terms
@@ -62,7 +63,7 @@ def _leg(scored: list[tuple[ChunkRow, float]]) -> Leg:
 def _to_hit(row: ChunkRow, rank: int, score: float, label: str) -> Hit:
     return Hit(
         # the store keys rows by doc_key(source); people and agents see the source as written
-        evidence_key=f"{row.source}#{row.chunk_index}",
+        evidence_key=evidence_key(row.source, row.chunk_index),
         doc_id=row.source,
         kb_scope=row.kb_scope,
         source=row.source,

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kbflow.core.evidence_keys import source_of
 from kbflow.core.models import short_name
 
 PIPED_WIDTH = 100
@@ -180,7 +181,7 @@ def _level_of(trace: Mapping[str, Any], evidence: Sequence[Mapping[str, Any]]) -
     precise = gate.get("precise")
     shared = len(set(trace.get("calibrations", {}).values())) <= 1
     key = gate.get("firstEvidenceKey") if gate.get("confidence") is not None else gate.get("topEvidenceKey")
-    doc = (key or "").rpartition("#")[0]
+    doc = source_of(key) if key else ""
     scopes = {e["kbScope"] for e in evidence if e["docId"] == doc}  # the best may not be delivered
     scope = scopes.pop() if len(scopes) == 1 else None
 
