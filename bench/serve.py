@@ -14,7 +14,7 @@ Lite file and announces its endpoint), then in one run:
       `wait:MS` = admitted while the expected wait is within MS (serve_max_wait_ms).
 
     python bench/serve.py [--docs 300] [--seconds 8] [--clients 1,4,16,64,100]
-                          [--admission count:16,wait:2000] [--burst 100]
+                          [--admission count:16,wait:2000] [--burst 100] [--hog 1]
 """
 
 from __future__ import annotations
@@ -176,12 +176,14 @@ def burst(port: int, clients: int, queries: list[str], rounds: int = 3) -> dict[
             t.join()
         time.sleep(1.0)  # the line drains between rounds
     ok = [ms for status, ms, _ in results if status == 200]
-    busy = [1 for status, _, _ in results if status == 503]
+    busy = [ms for status, ms, _ in results if status == 503]
     return {
         "burst": clients,
         "rate_503": round(len(busy) / len(results), 3),
         "p50_ms": round(statistics.median(ok), 1) if ok else None,
         "p95_ms": round(pct(ok, 95), 1) if len(ok) > 1 else None,
+        "p50_503_ms": round(statistics.median(busy), 1) if busy else None,
+        "max_503_ms": round(max(busy), 1) if busy else None,
         "errors": len(results) - len(ok) - len(busy),
     }
 
@@ -228,7 +230,20 @@ def main() -> int:
     ap.add_argument(
         "--workers", type=int, default=0, help="KBFLOW_SERVE_WORKERS for the service (0 = default)"
     )
+    ap.add_argument(
+        "--hog", type=int, default=0, help="processes that each keep one core busy the whole run "
+        "(the other jobs of a shared machine); 1 on a 2-core machine takes half of it"
+    )
     args = ap.parse_args()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hog)]
+    try:
+        return run(args)
+    finally:
+        for h in hogs:
+            h.kill()
+
+
+def run(args: argparse.Namespace) -> int:
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="kbflow-serve-bench-"))
     root, home = work / "corpus", work / "home"
@@ -254,19 +269,21 @@ def main() -> int:
     last = measured[-1]
     ratio = last["service_p50_ms"] / last["inprocess_p50_ms"]
     errors = sum(r["errors"] for m in measured for r in [*m["load"], m["burst"]])
-    worst_503 = max((r["p99_503_ms"] or 0) for r in last["load"])  # the rule the targets are for
+    worst_503 = max([(r["p99_503_ms"] or 0) for r in last["load"]] + [last["burst"]["max_503_ms"] or 0])
     out = {
         "bench": "serve",
-        "metrics": {m["rule"]: m for m in measured},
+        "metrics": {"cpus": os.cpu_count(), "hog_processes": args.hog, **{m["rule"]: m for m in measured}},
         "ratios": {
             "service_over_inprocess_p50": round(ratio, 2),
             **{f"burst_503_{m['rule']}": m["burst"]["rate_503"] for m in measured},
             **{f"burst_p95_ms_{m['rule']}": m["burst"]["p95_ms"] for m in measured},
+            **{f"burst_max_503_ms_{m['rule']}": m["burst"]["max_503_ms"] for m in measured},
         },
         "targets": {
             "service_over_inprocess_p50": "<= 1.3",
             "errors": 0,
             "p99_503_ms": "fast (< 100)",
+            "burst_max_503_ms": "fast (< 100): refused before any work",
             "burst_p95_ms": "answered within serve_max_wait_ms plus a lookup",
         },
     }

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from kbflow.core.announce import announced_endpoint
 from kbflow.core.errors import KbflowError, StoreError
+from kbflow.core.settings import MAX_QUERY_CHARS_CAP
 
 BUSY_RETRIES = 3
 
@@ -58,7 +59,10 @@ class ServedLookup:
         return resp.status, data, resp.getheader("Retry-After") or "1"
 
     def lookup(self, query: str, kb_scope: str | None, mode: str | None, agent: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"query": query, "agent": agent}
+        # the service answers a query by its first max_query_chars: send no more than the cap and
+        # one character, so a longer query is still flagged truncated and never refused as too large
+        sent = " ".join(query.split())[: MAX_QUERY_CHARS_CAP + 1]
+        body: dict[str, Any] = {"query": sent, "agent": agent}
         if kb_scope:
             body["kb_scope"] = kb_scope
         if mode:

@@ -31,16 +31,19 @@ from kbflow.core.settings import Settings
 from kbflow.core.validation import InvalidValue, validate_scope
 from kbflow.flows.admission import Admission, Overloaded
 from kbflow.retrieval.lookup import get_retriever, project_for_agent
-from kbflow.retrieval.pipeline import IndexMissing, LookupRejected
+from kbflow.retrieval.pipeline import IndexMissing, LookupRejected, UnknownScope
 
 log = logging.getLogger("kbflow.service")
-MAX_REQUEST_QUERY_CHARS = 20_000  # longer is answered truncated to max_query_chars; this only stops abuse
 MAX_BODY_BYTES = 64 * 1024  # a lookup body is a query and three small fields: larger is abuse (413)
+TOO_LARGE = (
+    f"request body over {MAX_BODY_BYTES} bytes: a lookup is answered from the query's first "
+    "max_query_chars characters (500 by default), so send at most those"
+)
 
 
 class LookupRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1, max_length=MAX_REQUEST_QUERY_CHARS)
+    query: str = Field(min_length=1)  # any length the body allows: answered truncated, flagged
     kb_scope: str | None = None
     mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
     agent: bool = False
@@ -49,14 +52,15 @@ class LookupRequest(BaseModel):
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body, refused with 413 past `limit` bytes: a declared length is checked before
     anything is read, a streamed body as it arrives."""
+    too_large = TOO_LARGE if limit == MAX_BODY_BYTES else f"request body over {limit} bytes"
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise HTTPException(status_code=413, detail=f"request body over {limit} bytes")
+        raise HTTPException(status_code=413, detail=too_large)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise HTTPException(status_code=413, detail=f"request body over {limit} bytes")
+            raise HTTPException(status_code=413, detail=too_large)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -154,6 +158,8 @@ def answer(
             raise HTTPException(status_code=403, detail=f"this key may not read kb_scope {scope!r}")
     try:
         result = retriever.lookup(body.query, kb_scope=scope, mode=body.mode, caller=caller)
+    except UnknownScope as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from exc
     except LookupRejected as exc:
         raise HTTPException(status_code=422, detail=[{"loc": ["body", "query"], "msg": str(exc)}]) from exc
     except IndexMissing as exc:
@@ -179,8 +185,31 @@ def _lifespan(settings: Settings) -> Any:
 
 
 async def _overloaded(request: Request, exc: Exception) -> JSONResponse:
+    return _busy(exc)
+
+
+def _busy(exc: Exception) -> JSONResponse:
     reason, retry = (exc.reason, exc.retry_after_s) if isinstance(exc, Overloaded) else ("busy", 1)
     return JSONResponse(status_code=503, content={"detail": reason}, headers={"Retry-After": str(retry)})
+
+
+class AdmitFirst:
+    """Admission before any other work: a lookup the service cannot take in time is refused
+    before routing, key checks, body reading or a thread hop — under a burst, with the workers
+    holding the CPU, a refusal that waits its turn behind them takes as long as an answer."""
+
+    def __init__(self, app: Any, state: Any) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        admission = getattr(self.state, "admission", None)
+        if admission is not None and scope["type"] == "http" and scope["path"] == "/v1/lookup":
+            try:
+                admission.check()
+            except Overloaded as exc:
+                await _busy(exc)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
@@ -193,8 +222,9 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
 
     app = FastAPI(title="kbflow lookup", version="1", lifespan=_lifespan(settings))
     app.add_exception_handler(Overloaded, _overloaded)
+    app.add_middleware(AdmitFirst, state=app.state)
 
-    def allowed_scopes(request: Request) -> set[str] | None:
+    async def allowed_scopes(request: Request) -> set[str] | None:  # async: no thread hop per request
         """None = every scope (open service or a '*' key)."""
         if not configured:
             return None
@@ -233,8 +263,7 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
         },
     )
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
-        app.state.admission.check()  # refused before the body is even read: overload stays cheap
-        body = parse_lookup_body(await read_body(request))
+        body = parse_lookup_body(await read_body(request))  # AdmitFirst let it in; run() checks again
         caller = caller_of(given_key(request), local_key)
         return await app.state.admission.run(answer, app.state.retriever, settings, body, allowed, caller)
 

@@ -43,12 +43,12 @@ def lookup_knowledge(
     mode: str = "hybrid",
     settings: Settings | None = None,
     depth: int | None = None,
-    exclude: Sequence[str] = (),
+    exclude: str | Sequence[str] = (),
     caller: str | None = None,
 ) -> LookupResult:
     """Look up evidence for `query` in `kb_scope` (None = the settings' scope, empty = all).
     `depth` widens the candidate list (for evaluation); the evidence stays bounded by return_n.
-    `exclude` searches as if these documents (by source) were not indexed. `caller` names who
+    `exclude` searches as if these documents (by source; a string is one) were not indexed. `caller` names who
     asked, in the audit that `kbflow gaps` reads (default python)."""
     return get_retriever(settings).lookup(
         query, kb_scope=kb_scope, mode=mode, depth=depth, exclude=exclude, caller=caller

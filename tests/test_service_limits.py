@@ -207,3 +207,21 @@ def test_kbflow_lookup_goes_through_the_running_service(service):
     assert "model_load" not in data["retrievalTrace"]["timingsMs"]
     bad = run_cli("lookup", "kafka", "--scope", "no such scope!", home=home)
     assert bad.returncode == 2 and "kb_scope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_an_over_long_query_is_answered_truncated_on_every_path(service):
+    """One rule (issue 40): HTTP, the CLI through `serve`, and the Python API answer a query of
+    any length from its first max_query_chars characters, flagged — never 413 or 422. The
+    Python API's half is in tests/test_hostile_input.py."""
+    base, home = service
+    long = "kafka consumer group lag keeps growing " * 2600  # 101,400 characters
+    body = {**QUERY, "query": long[:30_000]}
+    over_http = httpx.post(f"{base}/v1/lookup", json=body, headers={"X-API-Key": "k-ops"}, timeout=60)
+    assert over_http.status_code == 200 and over_http.json()["queryTruncated"] is True
+    assert len(over_http.json()["query"]) == 500
+    cli = run_cli("lookup", long, "--scope", "ops", "--json", home=home)
+    assert cli.returncode == 0 and "through kbflow serve" in cli.stderr, cli.stderr
+    assert json.loads(cli.stdout)["queryTruncated"] is True
+    assert json.loads(cli.stdout)["query"] == over_http.json()["query"]
+    unknown = run_cli("lookup", "kafka lag", "--scope", "OPS", home=home)
+    assert unknown.returncode == 2 and "no scope 'OPS'" in unknown.stderr and "'ops'" in unknown.stderr
