@@ -231,3 +231,207 @@ def test_retention_keeps_rows_just_inside_and_deletes_just_outside(database_url:
     with sql.session() as s:
         left = s.scalars(select(LookupAuditRow.created_at)).all()
     assert dry["would_delete"] == done["deleted"] == 5 and len(left) == 3
+
+
+# --- 3. a scope or home that does not exist is an error, not "no usable evidence" -------------
+
+
+def test_an_unknown_scope_is_an_error_naming_the_scopes_and_never_a_gap(settings: Settings, tmp_path: Path, capsys):  # noqa: E501
+    from fastapi.testclient import TestClient
+
+    from kbflow.core.stores import close_all
+    from kbflow.flows.service import create_app
+    from kbflow.retrieval.lookup import reset_retrievers
+
+    docs = tmp_path / "kb"
+    write_doc(docs, "good.md", source="good", scope="rag-eval", body=GOOD)
+    assert reindex([docs], settings=settings).ok
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/v1/lookup", json={"query": "kafka consumer lag", "kb_scope": "rag_eval"})
+        assert r.status_code == 404 and "did you mean 'rag-eval'" in r.json()["detail"]
+        good = client.post("/v1/lookup", json={"query": "disk full", "kb_scope": "rag-eval"})
+        assert good.status_code == 200
+    reset_retrievers()
+    close_all()
+    from kbflow.flows.cli import main
+
+    capsys.readouterr()
+    code = main(["lookup", "kafka consumer lag", "--scope", "RAG-EVAL", "--home", str(settings.home)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no scope 'RAG-EVAL' (scopes are case-sensitive)" in err
+    assert "the scopes are rag-eval" in err and "did you mean 'rag-eval'" in err
+    with SqlStore(settings.resolved_database_url).session() as s:  # audited: the one real lookup
+        assert [r.kb_scope for r in s.scalars(select(LookupAuditRow))] == ["rag-eval"]
+
+
+def test_a_read_command_finds_the_home_above_and_never_makes_one(tmp_path: Path):
+    docs, project = tmp_path / "kb", tmp_path / "project"
+    write_doc(docs, "good.md", source="good", scope="ops", body=GOOD)
+    (project / "deep" / "er").mkdir(parents=True)
+    exe = str(Path(sys.executable).with_name("kbflow"))
+    env = {k: v for k, v in os.environ.items() if k != "KBFLOW_HOME"}
+
+    def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+    lost = run("lookup", "disk full", "--scope", "ops", cwd=project / "deep")
+    assert lost.returncode == 2 and f"no kbflow home at {project / 'deep' / '.kbflow'}" in lost.stderr
+    assert not any(p.name == ".kbflow" for p in tmp_path.rglob(".kbflow"))  # nothing left behind
+    assert run("reindex", str(docs), cwd=project).returncode == 0  # makes ./.kbflow
+    found = run("lookup", "disk full", "--scope", "ops", cwd=project / "deep" / "er")
+    assert found.returncode == 0 and "evidence FOUND" in found.stdout
+    assert sorted(p.parent for p in tmp_path.rglob(".kbflow")) == [project]
+
+
+# --- 5. the same question gets the same treatment on every path ------------------------------
+
+
+def test_the_python_api_truncates_a_long_query_and_takes_exclude_as_one_source(settings: Settings, tmp_path: Path):  # noqa: E501
+    from pydantic import ValidationError
+
+    from kbflow.retrieval.pipeline import LookupRejected
+
+    docs = tmp_path / "kb"
+    write_doc(docs, "good.md", source="good", scope="ops", body=GOOD)
+    assert reindex([docs], settings=settings).ok
+    long = "disk full on the database volume " * 3000
+    result = lookup_knowledge(long, kb_scope="ops", settings=settings)
+    assert result.query_truncated and result.query == " ".join(long.split())[:500]
+    assert result.evidence and result.evidence[0].doc_id == "good"
+    assert not lookup_knowledge("disk full", kb_scope="ops", settings=settings, exclude="good").evidence
+    with pytest.raises(LookupRejected, match="a string or a list of strings"):
+        lookup_knowledge("disk full", kb_scope="ops", settings=settings, exclude=[b"good"])  # type: ignore[list-item]
+    with pytest.raises(ValidationError, match="max_query_chars"):
+        Settings(home=tmp_path / "h", max_query_chars=5000)  # more than one HTTP body carries
+
+
+def test_an_evidence_key_holds_one_hash_even_for_a_url_source(settings: Settings, tmp_path: Path):
+    from kbflow.core.evidence_keys import evidence_key, source_of
+    from kbflow.evaluation.gaps import doc_of
+
+    url = "https://wiki.example/runbooks/disk#full-volume%20fix"
+    docs = tmp_path / "kb"
+    write_doc(docs, "good.md", source=url, scope="ops", body=GOOD)
+    assert reindex([docs], settings=settings).ok
+    [first, *_] = lookup_knowledge("disk full", kb_scope="ops", settings=settings).evidence
+    assert first.doc_id == url and first.evidence_key.count("#") == 1
+    assert first.evidence_key.split("#")[0] == "https://wiki.example/runbooks/disk%23full-volume%2520fix"
+    assert source_of(first.evidence_key) == doc_of(first.evidence_key) == url
+    assert source_of(f"{url}#3") == url  # a key stored before the escaping still reads
+    assert evidence_key("plain-id", 0) == "plain-id#0"  # a plain id's key is as it always was
+
+
+# --- the README's promise: no traceback, one line, the exit code — for every command ----------
+
+# every leaf command with arguments that reach its work; {kb}, {gone}, {out}, {port} filled in
+EVERY_COMMAND = {
+    "reindex": ["reindex", "{kb}"],
+    "status": ["status"],
+    "docs list": ["docs", "list"],
+    "scope delete": ["scope", "delete", "ops"],
+    "forget": ["forget", "{gone}"],
+    "lookup": ["lookup", "disk full", "--scope", "ops"],
+    "eval": ["eval", "--offline"],
+    "gaps": ["gaps"],
+    "report": ["report", "--html", "{out}"],
+    "audit purge": ["audit", "purge"],
+    "serve": ["serve", "--port", "{port}"],
+    "serve-flows": ["serve-flows", "--dry-run"],
+    "db": ["db", "current"],
+    "config show": ["config", "show"],
+}
+NO_DATABASE = {"eval", "serve-flows", "config show"}  # they never open the SQL database
+# the documented exit of each as called above, when nothing goes wrong (default 0)
+USUAL_EXIT = {"forget": {1},  # nothing is indexed from a root that never was
+              "eval": {0, 1}}  # exit 1 when a frozen case fails (some dense cases do, by design)
+
+
+def _leaf_commands() -> dict[str, object]:
+    """{command: its parser} for every command that runs something."""
+    import argparse
+
+    from kbflow.flows.cli import build_parser
+
+    def walk(p: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield " ".join(path), p
+        for a in subs:
+            for name, sub in a.choices.items():
+                yield from walk(sub, (*path, name))
+
+    return dict(walk(build_parser()))
+
+
+def _argv(name: str, tmp: Path, **extra: str) -> list[str]:
+    from kbflow.flows.serve import free_port
+
+    fill = {"kb": str(tmp / "kb"), "gone": str(tmp / "gone"), "out": str(tmp / "r.html"),
+            "port": str(free_port())}
+    return [a.format(**fill) for a in EVERY_COMMAND[name]]
+
+
+def _run_all(jobs: dict[str, list[str]], env: dict[str, str], cwd: Path, close_stdout: bool = False,
+             at_once: int = 1):
+    """Run the commands (one at a time: a Milvus Lite file has one owner); {name: (exit, stderr)}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    exe = str(Path(sys.executable).with_name("kbflow"))
+
+    def one(argv: list[str]) -> tuple[int, str]:
+        out = subprocess.PIPE if close_stdout else subprocess.DEVNULL
+        proc = subprocess.Popen([exe, *argv], stdout=out, stderr=subprocess.PIPE, env=env, cwd=cwd)
+        if close_stdout:
+            proc.stdout.close()  # `| head -c 0`: the reader is gone before the first write
+        err = proc.stderr.read().decode()
+        return proc.wait(timeout=300), err
+
+    with ThreadPoolExecutor(at_once) as pool:
+        done = dict(zip(jobs, pool.map(one, jobs.values()), strict=True))
+    return done
+
+
+def _one_line(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("kbflow: error:")]
+
+
+def test_every_command_keeps_the_one_line_promise(tmp_path: Path):
+    """Every command, with an unreachable database, piped into a reader that stops, and given a
+    scope that does not exist: no traceback, one line naming the thing, the documented exit."""
+    leaves = _leaf_commands()
+    assert set(EVERY_COMMAND) == set(leaves), "a new command must join this table"
+    write_doc(tmp_path / "kb", "good.md", source="good", scope="ops", body=GOOD)
+    home = tmp_path / "home"
+    env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    assert run_cli("reindex", str(tmp_path / "kb"), home=home).returncode == 0
+
+    unreachable = {**env, "KBFLOW_DATABASE_URL": "postgresql+psycopg://kb:hunter2@127.0.0.1:1/kb"}
+    every = {n: _argv(n, tmp_path) for n in EVERY_COMMAND}
+    for name, (code, err) in _run_all(every, unreachable, tmp_path, at_once=4).items():  # no store opens
+        assert "Traceback" not in err and "hunter2" not in err, (name, err)
+        if name in NO_DATABASE:
+            assert code in USUAL_EXIT.get(name, {0}), (name, code, err)
+        else:
+            assert code == 3 and len(_one_line(err)) == 1, (name, code, err)
+            assert "cannot reach the database" in _one_line(err)[0], (name, err)
+
+    piped = {n: _argv(n, tmp_path) for n in EVERY_COMMAND if n != "serve"}  # serve writes no stdout
+    for name, (code, err) in _run_all(piped, env, tmp_path, close_stdout=True).items():
+        assert "Traceback" not in err and "BrokenPipe" not in err, (name, err)
+        assert code in USUAL_EXIT.get(name, {0}), (name, code, err)
+
+    unknown = {
+        "lookup": ["lookup", "disk full", "--scope", "Ops"],
+        "docs list": ["docs", "list", "--scope", "Ops"],
+        "gaps": ["gaps", "--scope", "Ops"],
+        "report": ["report", "--html", str(tmp_path / "r.html"), "--scope", "Ops"],
+        "eval": ["eval", "calibrate", "--self", "--scope", "Ops"],
+        "scope delete": ["scope", "delete", "Ops"],  # deleting nothing: exit 1, as documented
+    }
+    with_scope = {n for n, p in leaves.items() if any(a.dest == "scope" for a in p._actions)}
+    assert set(unknown) == with_scope - {"reindex"}  # reindex --scope makes a scope
+    for name, (code, err) in _run_all(unknown, env, tmp_path).items():
+        lines = [line for line in err.splitlines() if line.startswith("kbflow:") and "loading" not in line]
+        assert "Traceback" not in err and len(lines) == 1 and "'Ops'" in lines[0], (name, err)
+        assert code == (1 if name == "scope delete" else 2), (name, code, err)
+        assert name == "eval" or "the scopes are ops" in lines[0], (name, err)
