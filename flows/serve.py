@@ -150,6 +150,9 @@ def serve(settings: Settings, host: str, port: int) -> int:
             f"kbflow serve: no API keys configured: open access, bound to loopback {host} only",
             file=sys.stderr,
         )
+    from kbflow.core.sql import SqlStore
+
+    SqlStore(settings.resolved_database_url).dispose()  # an unreachable database: one line, before uvicorn
     holder = announced_endpoint(settings.home)
     owns_file = settings.uses_milvus_lite and not settings.milvus_uri
     if holder is not None and owns_file:
