@@ -136,6 +136,16 @@ class Settings(BaseSettings):
         "past it the service answers 503 at once instead of queueing without bound.",
     )
 
+    metrics_access: Literal["auto", "open", "key", "off"] = Field(
+        "auto",
+        description="GET /metrics: auto = open when serve binds loopback, else an API key is needed; "
+        "open; key (always a key); off (no endpoint).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: serve logs one JSON object per line (never a key; the question only "
+        "when audit_store_queries = full)."
+    )
+
     # --- the lookup audit -------------------------------------------------------------
     audit_store_queries: AuditQueries = Field(
         "full",

@@ -43,6 +43,11 @@ class Admission:
         self._slots = asyncio.Semaphore(workers)
         self._admitted = 0
 
+    @property
+    def admitted(self) -> int:
+        """Lookups let in and not yet answered: running or waiting."""
+        return self._admitted
+
     def expected_wait_ms(self) -> float:
         """Wait for one more lookup before a worker takes it: those ahead of it in line, shared
         among the workers, each taking the estimated service time."""

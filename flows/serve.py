@@ -138,7 +138,9 @@ def serve(settings: Settings, host: str, port: int) -> int:
     """Serve until stopped; ServeSetupError / ServeUnavailable say why it cannot start."""
     import uvicorn
 
+    from kbflow.core.sql import SqlStore
     from kbflow.flows.service import check_bind, create_app, load_keys
+    from kbflow.flows.service_ops import configure_logging
 
     try:
         keys = load_keys(settings)
@@ -146,12 +148,8 @@ def serve(settings: Settings, host: str, port: int) -> int:
     except (ValueError, OSError) as exc:
         raise ServeSetupError(str(exc)) from exc
     if not keys:
-        print(
-            f"kbflow serve: no API keys configured: open access, bound to loopback {host} only",
-            file=sys.stderr,
-        )
-    from kbflow.core.sql import SqlStore
-
+        print(f"kbflow serve: no API keys configured: open access, bound to loopback {host} only",
+              file=sys.stderr)
     SqlStore(settings.resolved_database_url).dispose()  # an unreachable database: one line, before uvicorn
     holder = announced_endpoint(settings.home)
     owns_file = settings.uses_milvus_lite and not settings.milvus_uri
@@ -187,7 +185,9 @@ def serve(settings: Settings, host: str, port: int) -> int:
     # announcement is removed and the Milvus Lite child stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(create_app(settings, local_key=local_key), host=host, port=port, log_level="info")
+        app = create_app(settings, local_key=local_key, host=host)
+        config = configure_logging(settings.log_format)
+        uvicorn.run(app, host=host, port=port, log_level="info", **({"log_config": config} if config else {}))
     finally:
         for cleanup in cleanups:
             cleanup()

@@ -20,16 +20,21 @@ import ipaddress
 import json
 import logging
 import os
+import time
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from kbflow.core.settings import Settings
 from kbflow.core.validation import InvalidValue, validate_scope
 from kbflow.flows.admission import Admission, Overloaded
+from kbflow.flows.metrics import ServeMetrics
+from kbflow.flows.service_ops import Seen, observed, request_id_of, with_request_id
 from kbflow.retrieval.lookup import get_retriever, project_for_agent
 from kbflow.retrieval.pipeline import IndexMissing, LookupRejected, UnknownScope
 
@@ -141,8 +146,9 @@ def caller_of(key: str, local_key: str | None) -> str:
 
 def answer(
     retriever: Any, settings: Settings, body: LookupRequest, allowed: set[str] | None, caller: str = "http"
-) -> dict[str, Any]:
-    """The lookup behind POST /v1/lookup: scope checks, then the pipeline (sync: run in a thread)."""
+) -> tuple[Any, dict[str, Any]]:
+    """The lookup behind POST /v1/lookup: scope checks, then the pipeline (sync: run in a thread);
+    the result and the JSON answered."""
     scope = body.kb_scope or None
     if scope is not None:
         try:
@@ -164,7 +170,7 @@ def answer(
         raise HTTPException(status_code=422, detail=[{"loc": ["body", "query"], "msg": str(exc)}]) from exc
     except IndexMissing as exc:
         raise HTTPException(status_code=503, detail=str(exc)) from exc
-    return project_for_agent(result, settings).to_json() if body.agent else result.to_json()
+    return result, (project_for_agent(result, settings).to_json() if body.agent else result.to_json())
 
 
 def _lifespan(settings: Settings) -> Any:
@@ -172,12 +178,16 @@ def _lifespan(settings: Settings) -> Any:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        started = time.perf_counter()
         retriever = get_retriever(settings)
         retriever.warm_up()
         app.state.retriever = retriever
         app.state.admission = Admission(
             settings.serve_workers or (os.cpu_count() or 1), settings.serve_queue, settings.serve_max_wait_ms
         )
+        if settings.metrics_access != "off":
+            app.state.metrics = ServeMetrics(retriever.stores.sql, app.state.admission)
+            app.state.metrics.started(time.perf_counter() - started, retriever.model_ids())
         yield
         app.state.admission.close()
 
@@ -202,17 +212,43 @@ class AdmitFirst:
         self.app, self.state = app, state
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_of(scope.get("headers", []))
+        scope.setdefault("state", {})["request_id"] = request_id
+        send = with_request_id(send, request_id)
         admission = getattr(self.state, "admission", None)
-        if admission is not None and scope["type"] == "http" and scope["path"] == "/v1/lookup":
+        if admission is not None and scope["path"] == "/v1/lookup":
             try:
                 admission.check()
             except Overloaded as exc:
+                metrics = getattr(self.state, "metrics", None)
+                if metrics is not None:
+                    metrics.refusals.inc()
                 await _busy(exc)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
+def key_check(keys: dict[str, set[str]] | None) -> Any:
+    """The request's scopes by its key: None = every scope (an open service, `keys` None, or a
+    '*' key); 401 for a missing or unknown key. Async: no thread hop per request."""
+
+    async def allowed_scopes(request: Request) -> set[str] | None:
+        if keys is None:
+            return None
+        given = given_key(request)
+        offered = given.encode("utf-8", "surrogateescape")  # any header text compares, never raises
+        for key, scopes in keys.items():
+            if given and hmac.compare_digest(offered, key.encode("utf-8")):
+                return None if "*" in scopes else scopes
+        raise HTTPException(status_code=401, detail="missing or unknown API key")
+
+    return allowed_scopes
+
+
+def create_app(settings: Settings, local_key: str | None = None, host: str = "127.0.0.1") -> FastAPI:
     """`local_key` reads every scope: `kbflow serve` announces it, in a file only its owner can
     read, to kbflow commands on the same home."""
     keys = load_keys(settings)
@@ -224,17 +260,7 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
     app.add_exception_handler(Overloaded, _overloaded)
     app.add_middleware(AdmitFirst, state=app.state)
 
-    async def allowed_scopes(request: Request) -> set[str] | None:  # async: no thread hop per request
-        """None = every scope (open service or a '*' key)."""
-        if not configured:
-            return None
-        given = given_key(request)
-        offered = given.encode("utf-8", "surrogateescape")  # any header text compares, never raises
-        for key, scopes in keys.items():
-            if given and hmac.compare_digest(offered, key.encode("utf-8")):
-                return None if "*" in scopes else scopes
-        raise HTTPException(status_code=401, detail="missing or unknown API key")
-
+    allowed_scopes = key_check(keys if configured else None)
     Allowed = Annotated[set[str] | None, Depends(allowed_scopes)]
 
     @app.get("/healthz")
@@ -246,12 +272,9 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
         from kbflow.ingest.status import scope_statuses
 
         rows = [s.to_dict() for s in scope_statuses(app.state.retriever.stores)]
+        shown = ("kb_scope", "documents", "chunks", "analyzer", "model")
         visible = [r for r in rows if allowed is None or r["kb_scope"] in allowed]
-        return {
-            "scopes": [
-                {k: r[k] for k in ("kb_scope", "documents", "chunks", "analyzer", "model")} for r in visible
-            ]
-        }
+        return {"scopes": [{k: r[k] for k in shown} for r in visible]}
 
     @app.post(
         "/v1/lookup",
@@ -263,8 +286,30 @@ def create_app(settings: Settings, local_key: str | None = None) -> FastAPI:
         },
     )
     async def lookup(request: Request, allowed: Allowed) -> dict[str, Any]:
-        body = parse_lookup_body(await read_body(request))  # AdmitFirst let it in; run() checks again
-        caller = caller_of(given_key(request), local_key)
-        return await app.state.admission.run(answer, app.state.retriever, settings, body, allowed, caller)
+        seen = Seen("-", request.state.request_id, "")
+        with observed(getattr(app.state, "metrics", None), settings, seen):
+            body = parse_lookup_body(await read_body(request))  # AdmitFirst let it in; run() checks again
+            seen.mode, seen.query = body.mode, body.query
+            caller = caller_of(given_key(request), local_key)
+            seen.result, out = await app.state.admission.run(
+                answer, app.state.retriever, settings, body, allowed, caller
+            )
+        return out
 
+    if settings.metrics_access != "off":
+        open_metrics = settings.metrics_access == "open" or (
+            settings.metrics_access == "auto" and is_loopback(host)
+        )
+        _add_metrics(app, None if open_metrics else allowed_scopes)
     return app
+
+
+def _add_metrics(app: FastAPI, needs_key: Any) -> None:
+    """GET /metrics: Prometheus text; `needs_key` (the lookup's key check) when not open."""
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        if needs_key is not None:
+            await needs_key(request)  # 401 without a known key
+        text = await run_in_threadpool(generate_latest, app.state.metrics.registry)  # reads SQL
+        return Response(text, media_type=CONTENT_TYPE_LATEST)

@@ -139,6 +139,13 @@ class Retriever:
         for model_id in {tg.model_id for tg in targets}:
             self._embedder(model_id).encode_queries(["warm-up"], query_threads(self.settings))
 
+    def model_ids(self) -> list[str]:
+        """The embedding models of the indexed scopes."""
+        try:
+            return sorted({tg.model_id for tg in self.targets(None)})
+        except IndexMissing:
+            return []
+
     def targets(self, kb_scope: str | None) -> list[ScopeTarget]:
         """The scopes to search. A scope whose row and calibrations are as they were when it was
         last checked is not checked again: that check (an alias round trip to Milvus, the
