@@ -23,6 +23,7 @@ log = logging.getLogger("kbflow.eval")
 FIXTURE_SCHEMA = "kbflow.eval-fixture/2"
 EVAL_ROOT = Path(__file__).resolve().parent.parent / "eval" / "rag-retrieval"
 SEED_DOCS = Path(__file__).resolve().parent.parent / "seed-docs"
+OPS_SCOPE, OPS_RUNBOOKS = "kbflow-ops", Path(__file__).resolve().parent.parent / "deploy" / "runbooks"
 
 ResultSource = Callable[[GoldenCase, str], LookupResult]
 
@@ -90,14 +91,16 @@ def fixture_source(fixtures_dir: Path) -> ResultSource:
 
 
 def seed_scopes(settings: Settings, scopes: Sequence[str], seed_docs: Path = SEED_DOCS) -> None:
-    """Reseed each scope from seed-docs, or from the trust set (`trust-*` scopes: eval/trust,
-    written under the home first). Incremental: free when nothing changed."""
+    """Reseed each scope from seed-docs, from the trust set (`trust-*` scopes: eval/trust,
+    written under the home first), or from kbflow's own runbooks (`kbflow-ops`: deploy/runbooks).
+    Incremental: free when nothing changed."""
     from kbflow.evaluation.trust import SCOPE_PREFIX, seed_roots
     from kbflow.ingest.reindex import reindex
 
     trust = seed_roots(settings.home) if any(s.startswith(SCOPE_PREFIX) for s in scopes) else {}
+    own = {OPS_SCOPE: OPS_RUNBOOKS, **trust}
     for scope in scopes:
-        summary = reindex([trust.get(scope, seed_docs)], scope=scope, settings=settings)
+        summary = reindex([own.get(scope, seed_docs)], scope=scope, settings=settings)
         if not summary.ok:
             raise RuntimeError(f"seeding scope {scope!r} failed: {summary.failed}")
 
