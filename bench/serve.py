@@ -76,9 +76,11 @@ def admission_env(rule: str) -> dict[str, str]:
     raise SystemExit(f"--admission: {rule!r} is neither count:N nor wait:MS")
 
 
-def start_service(home: Path, port: int, workers: int, rule: str) -> subprocess.Popen:
+def start_service(
+    home: Path, port: int, workers: int, rule: str, extra: dict[str, str] | None = None
+) -> subprocess.Popen:
     env = {**os.environ, "KBFLOW_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.update(admission_env(rule))
+    env.update({**admission_env(rule), **(extra or {})})
     if workers:
         env["KBFLOW_SERVE_WORKERS"] = str(workers)
     proc = subprocess.Popen(
