@@ -67,11 +67,33 @@ def error_message(exc: BaseException, uri: str | None) -> str:
     return str(exc)
 
 
+JSON_LINES = {"on": False}  # log_format = json: errors are JSON objects too
+
+
+def use_log_format(log_format: str) -> None:
+    """With `json`, the command's errors and kbflow's log records are one JSON object a line."""
+    if log_format == "json" and not JSON_LINES["on"]:
+        import logging.config
+
+        from kbflow.flows.service_ops import configure_logging
+
+        logging.config.dictConfig(configure_logging("json"))
+        JSON_LINES["on"] = True
+
+
 def say_error(message: str, exit_code: int = 2) -> int:
     """One line on stderr (line breaks in the message become spaces); returns the exit code
     (2 by default: the command could not run)."""
     one_line = re.sub(r"\s*\n\s*", " ", message).strip()
-    print(f"kbflow: error: {one_line}", file=sys.stderr)
+    if JSON_LINES["on"]:
+        import json
+        from datetime import UTC, datetime
+
+        event = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "level": "error",
+                 "logger": "kbflow.cli", "event": "error", "message": one_line, "exit_code": exit_code}
+        print(json.dumps(event, ensure_ascii=False), file=sys.stderr)
+    else:
+        print(f"kbflow: error: {one_line}", file=sys.stderr)
     return exit_code
 
 

@@ -248,3 +248,15 @@ def _screenshot(prometheus: str, tmp_path: Path) -> None:
     assert inked > 0.01, f"the screenshot is nearly blank ({inked:.3%} dark pixels)"
     if os.environ.get("KBFLOW_SCREENSHOT_TO"):
         shutil.copy(shot, os.environ["KBFLOW_SCREENSHOT_TO"])
+
+
+def test_the_cli_tells_its_errors_as_json_lines_when_asked(tmp_path):
+    write_doc(tmp_path / "docs", "disk.md", source="disk-full", scope="ops", body=DISK)
+    home = tmp_path / "home"
+    assert run_cli("reindex", str(tmp_path / "docs"), home=home).returncode == 0
+    env = {**os.environ, "KBFLOW_LOG_FORMAT": "json", "KBFLOW_HOME": str(home)}
+    r = subprocess.run([str(Path(sys.executable).with_name("kbflow")), "lookup", "disk", "--scope", "Ops"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    [event] = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
+    assert r.returncode == 2 and event["level"] == "error" and event["exit_code"] == 2
+    assert "no scope 'Ops'" in event["message"] and "Traceback" not in r.stderr

@@ -105,12 +105,14 @@ def _run(args: argparse.Namespace) -> int:
         is_database_error,
         quiet_lock_traceback,
         say_error,
+        use_log_format,
     )
 
     quiet_lock_traceback()
     settings: Any = None
     try:
         settings = settings_from_args(args)
+        use_log_format(settings.log_format)
         check_home(args, settings)
         return args.func(args, settings)
     except ValidationError as exc:
