@@ -165,8 +165,14 @@ def write_fixtures(fixtures_dir: Path, results: dict[str, dict[str, LookupResult
 
 
 class EvalOutcome:
-    def __init__(self, report: dict[str, Any], diff: dict[str, Any] | None, fixtures: list[Path]) -> None:
-        self.report, self.diff, self.fixtures = report, diff, fixtures
+    def __init__(
+        self,
+        report: dict[str, Any],
+        diff: dict[str, Any] | None,
+        fixtures: list[Path],
+        baseline: dict[str, Any] | None = None,
+    ) -> None:
+        self.report, self.diff, self.fixtures, self.baseline = report, diff, fixtures, baseline
 
     @property
     def failed(self) -> list[str]:
@@ -217,7 +223,7 @@ def run_eval(
         fixtures = write_fixtures(fixtures_dir, results) if source == "snapshot" else []
         _record(settings, report, source)
     diff = diff_reports(report, baseline) if baseline is not None else None
-    return EvalOutcome(report, diff, fixtures)
+    return EvalOutcome(report, diff, fixtures, baseline)
 
 
 def _record(settings: Settings, report: dict[str, Any], source: str) -> None:

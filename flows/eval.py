@@ -20,7 +20,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed, Failed, State
 
 from kbflow.core.settings import Settings
-from kbflow.evaluation.report import diff_markdown, report_markdown
+from kbflow.evaluation.report import diff_markdown, report_markdown, verdict_line
 from kbflow.evaluation.runner import EVAL_ROOT, SEED_DOCS, run_eval
 from kbflow.flows.common import deployment_summary
 from kbflow.ingest.reindex import reindex
@@ -80,12 +80,11 @@ def eval_flow(home: str | None = None, modes: list[str] | None = None, baseline:
         )
     known = set((outcome.diff or {}).get("known_failures", []))
     for name in outcome.failed:
-        if name in known:
-            logger.warning("known failure (fails in the baseline too): %s", name)
-        else:
+        if name not in known:
             logger.error("failed case %s", name)
     for r in (outcome.diff or {}).get("regressions", []):
         logger.error("regression: %s", r)
+    logger.info(verdict_line(outcome))
     data = {"report": outcome.report, "diff": outcome.diff}
     if not outcome.ok:
         n_reg = len((outcome.diff or {}).get("regressions", []))

@@ -109,9 +109,28 @@ def test_offline_eval_passes_without_stores(tmp_path, monkeypatch):
     # a case that must not pass by the pipeline's contract fails, and every report says why
     assert "hybrid:a2-decoy-mysql-migration-gunicorn" in outcome.failed
     why = "  why it must not pass: The fallback contract retries a filtered attempt only when it is weak"
-    assert any(line.startswith(why) for line in eval_lines(outcome))
+    assert any(line.startswith(why) for line in eval_lines(outcome, show_known=True))
     markdown = report_markdown(outcome.report, "c.png")
     assert "*known limit, why it must not pass:* The fallback contract" in markdown
+
+
+def test_offline_eval_ends_with_a_verdict_and_lists_known_failures_on_request(tmp_path, capsys):
+    assert main(["eval", "--offline", "--compare-to", str(BASELINE)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert not any(line.startswith("known failure") for line in out)  # counted, not listed
+    assert out[-1].startswith("verdict: PASS — regressions: none")
+    assert main(["eval", "--offline", "--compare-to", str(BASELINE), "--show-known"]) == 0
+    listed = capsys.readouterr().out.strip().splitlines()
+    known = [line for line in listed if line.startswith("known failure")]
+    assert known and f"known failures: {len(known)} " in listed[-1]
+    # a baseline in which one of those cases passed: the verdict fails and names it
+    base = json.loads(BASELINE.read_text())
+    mode, case_id = known[0].split()[-1].split(":", 1)
+    next(c for c in base["modes"][mode]["cases"] if c["case_id"] == case_id)["passed"] = True
+    (tmp_path / "b.json").write_text(json.dumps(base))
+    assert main(["eval", "--offline", "--compare-to", str(tmp_path / "b.json")]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"verdict: FAIL — regressions: 1 ({mode}:{case_id})")
 
 
 def test_live_eval_matches_baseline_and_degraded_pipeline_fails_the_gate(tmp_path, monkeypatch, capsys):
@@ -141,8 +160,11 @@ def test_live_eval_matches_baseline_and_degraded_pipeline_fails_the_gate(tmp_pat
         assert [c["passed"] for c in live["modes"][mode]["cases"]] == [
             c["passed"] for c in base["modes"][mode]["cases"]
         ]
-    # cases that fail in the baseline too are listed as known failures, not regressions
-    assert "known failure (failed in the baseline too)" in capsys.readouterr().out
+    # cases that fail in the baseline too are counted as known failures, not regressions, and the
+    # output ends with one verdict line beside the baseline's figures
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("verdict: PASS — regressions: none; improvements: none; known failures: ")
+    assert "listed with --show-known" in last and "nDCG@10" in last and "(baseline " in last
     fb = next(c for c in live["modes"]["hybrid"]["cases"] if c["case_id"] == "chat-l0-filter-fallback")
     assert fb["selected_attempt"] == "UNFILTERED_VECTOR_RETRY"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from kbflow.core import milvus_store as ms
-from kbflow.core.sql import DocumentRow
 from kbflow.core.evidence_keys import source_of
+from kbflow.core.sql import DocumentRow
 from kbflow.core.validation import doc_key
 from kbflow.flows.cli import main
 from kbflow.ingest.reindex import reindex

@@ -14,7 +14,8 @@ DESCRIPTION = (
     "Evaluate eval/rag-retrieval/cases/golden-cases.json. --offline judges the frozen fixtures (no "
     "Milvus, SQL or model); --live (default) reseeds the cases' scopes from seed-docs/ and runs the real "
     "lookup; --snapshot does the same and rewrites the fixtures. With --compare-to, exit code 1 on a "
-    "regression (cases that fail in the baseline too are listed as known failures); without it, 1 on any "
+    "regression (cases that fail in the baseline too are counted as known failures; --show-known lists "
+    "them); without it, 1 on any "
     "failed case; 2 on a malformed cases file, fixture or baseline. `kbflow eval --beir DIR` evaluates a "
     "BEIR dataset at depth; `kbflow eval calibrate` fits the gate."
 )
@@ -73,6 +74,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--cases", help="cases file (default eval/rag-retrieval/cases/golden-cases.json)")
     p.add_argument("--fixtures", help="fixtures directory (default eval/rag-retrieval/fixtures)")
     p.add_argument("--json-report", metavar="F", help="write the full report as JSON to F")
+    p.add_argument(
+        "--show-known",
+        action="store_true",
+        help="list the known failures (cases failing in the baseline too) one per line; by default the "
+        "verdict only counts them",
+    )
     p.add_argument(
         "--markdown-report", metavar="F", help="write the report as Markdown to F, and a chart F.png"
     )
@@ -205,7 +212,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     else:
         from kbflow.flows.cli.views import eval_lines
 
-        for line in eval_lines(outcome):
+        for line in eval_lines(outcome, show_known=args.show_known):
             print(line)
     return 0 if outcome.ok else 1
 

@@ -38,9 +38,10 @@ def print_reindex_summary(summary: Any, console: Any) -> None:
         console.print(f"[red]FAILED[/red] {escape(f['path'])}: {escape(f['reason'])}", highlight=False)
 
 
-def eval_lines(outcome: Any) -> list[str]:
-    """The golden-case run: metrics, failed cases (known ones marked), the baseline diff."""
-    from kbflow.evaluation.report import summary_lines
+def eval_lines(outcome: Any, show_known: bool = False) -> list[str]:
+    """The golden-case run: metrics, new failures, the baseline diff, and one closing verdict.
+    Known failures (failing in the baseline too) are counted; listed only on request."""
+    from kbflow.evaluation.report import summary_lines, verdict_line
 
     lines = list(summary_lines(outcome.report))
     known = set(outcome.diff["known_failures"]) if outcome.diff is not None else set()
@@ -50,6 +51,8 @@ def eval_lines(outcome: Any) -> list[str]:
         for c in rep["cases"]
     }
     for name in outcome.failed:
+        if name in known and not show_known:
+            continue
         lines.append(f"{'known failure (failed in the baseline too)' if name in known else 'FAILED'} {name}")
         if limits.get(name):
             lines.append(f"  why it must not pass: {limits[name]}")
@@ -58,7 +61,7 @@ def eval_lines(outcome: Any) -> list[str]:
         lines += [f"improved {r}" for r in outcome.diff["improvements"]]
     for path in outcome.fixtures[:1]:
         lines.append(f"wrote {len(outcome.fixtures)} fixtures to {path.parent}")
-    return lines
+    return [*lines, verdict_line(outcome, show_known)]
 
 
 def fields_line(data: Mapping[str, Any]) -> str:
