@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from kbflow.core.wording import counted
 from kbflow.evaluation.gaps import GapsReport
 
 
@@ -19,12 +20,14 @@ def gaps_markdown(report: GapsReport, top: int = 20) -> str:
     lines = [
         f"# Knowledge gaps — {scope}",
         "",
-        f"{report.since} → {report.until}: **{report.lookups} lookups**, **{report.unanswered} unanswered** "
+        f"{report.since} → {report.until}: **{counted(report.lookups, 'lookup')}**, "
+        f"**{report.unanswered} unanswered** "
         f"({_share(report.unanswered, report.lookups)}: no usable evidence, or weak evidence only), "
-        f"in {len(report.groups)} groups.",
+        f"in {counted(len(report.groups), 'group')}.",
     ]
     if report.ungrouped:
-        lines.append(f"{report.ungrouped} unanswered lookups kept neither text nor embedding: not grouped.")
+        kept = counted(report.ungrouped, "unanswered lookup")
+        lines.append(f"{kept} kept neither text nor embedding: not grouped.")
     lines += ["", "## What agents asked that the knowledge base could not answer", ""]
     if report.groups:
         lines += [

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from kbflow.core.wording import counted
 from kbflow.evaluation.daily import Day
 from kbflow.evaluation.gaps import GapsReport
 from kbflow.evaluation.history import CHARTED
@@ -160,7 +161,7 @@ def _scopes(scopes: Sequence[dict[str, Any]], last_run: dict[str, Any] | None) -
         status = "ok" if last_run["ok"] else '<span class="bad">failed</span>'
         table += (
             f"<p>Last run: {escape(last_run['mode'])} reindex, finished {escape(last_run['finished_at'])}, "
-            f"{status}, {last_run['failed']} documents failed.</p>"
+            f"{status}, {counted(last_run['failed'], 'document')} failed.</p>"
         )
     return table
 
@@ -235,7 +236,8 @@ def render(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>kbflow report</title><style>{CSS}</style></head><body><main>"
-        f'<h1>kbflow — knowledge base report</h1><p class="sub">{escape(window)} · {total} lookups · '
+        f'<h1>kbflow — knowledge base report</h1><p class="sub">{escape(window)} · '
+        f"{counted(total, 'lookup')} · "
         f"generated {escape(generated)}</p>"
         f"<h2>Scopes</h2><section>{_scopes(scopes, last_run)}</section>"
         f'<h2>Lookups</h2><section><div class="grid">{lookups}{rates}{latency}</div></section>'

@@ -42,7 +42,7 @@ def rebuild(
     physical = new_physical_name(alias)
     with stage("store_create"):
         store.create_collection(physical, embedder.dim, lexical.tokenizer(analyzer))
-    _report(progress, 1)  # new collection created, nothing served from it yet
+    _report(progress, 1, old_target)  # new collection created, nothing served from it yet
     try:
         stats = EmbedStats()
         written = stream_write(
@@ -72,7 +72,7 @@ def rebuild(
         raise
     with stage("alias_swap"):
         store.point_alias(alias, physical)
-    _report(progress, 2)  # the alias serves the new collection
+    _report(progress, 2, old_target)  # the alias serves the new collection
     with stage("sql_records"), stores.sql.session() as session, session.begin():
         finish_records(session, plan, written, pipeline_hash(s, model.model_id))
         upsert_scope_row(
@@ -80,7 +80,7 @@ def rebuild(
         )
     with stage("alias_swap"):
         store.drop_unaliased(alias, physical)
-    _report(progress, 3)  # the old collection is dropped
+    _report(progress, 3, old_target)  # the old collection is dropped
     backfill(stores, scope, physical)  # documents copied from a collection built before vocabularies
     summary.physical_collection = physical
     count_plan(summary, plan, full=True)
@@ -119,6 +119,8 @@ def _reembed(
         row.dense = [float(x) for x in vector]
 
 
-def _report(progress: Progress | None, step: int) -> None:
+def _report(progress: Progress | None, step: int, old_target: str | None) -> None:
+    """Three steps: the collection made, served, the old one dropped. A scope's first index
+    builds; only one that had a collection rebuilds."""
     if progress:
-        progress("rebuild", step, 3)
+        progress("rebuild" if old_target else "build", step, 3)

@@ -3,6 +3,7 @@ the trace of every stage."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kbflow.retrieval.contracts import (
@@ -28,12 +29,24 @@ class Request:
     truncated: bool
 
 
-def completeness_hint(evidence: list, level: str | None) -> str:
+PRECISE = "PRECISE"
+
+
+def completeness_hint(evidence: list, level: str | None, cals: Mapping[str, Calibration]) -> str:
+    """Whether the delivered evidence is enough to act on, counted piece by piece: "several
+    precise sources" only when at least two pieces are themselves PRECISE."""
     if not evidence:
         return "none: no usable evidence"
-    if len(evidence) < 2 or level != "PRECISE":
-        return "partial: weak or single-source evidence; corroborate with logs and metrics"
-    return "sufficient: several precise sources"
+    n = len(evidence)
+    precise = sum(
+        not e.weak and e.kb_scope in cals and cals[e.kb_scope].level(e.quality_score, e.confidence) == PRECISE
+        for e in evidence
+    )
+    if level is None:
+        return "partial: weak evidence only; corroborate with logs and metrics"
+    if precise >= 2:
+        return f"sufficient: {precise} of {n} sources precise"
+    return f"partial: {precise} of {n} sources precise; corroborate with logs and metrics"
 
 
 def assemble(
@@ -57,7 +70,7 @@ def assemble(
         candidate_count=len(selected.processed.ranked),
         returned_count=len(evidence),
         relevance_level=level if found else None,
-        completeness_hint=completeness_hint(evidence, level),
+        completeness_hint=completeness_hint(evidence, level if found else None, cals),
         message=None if found else NO_EVIDENCE_MESSAGE,
         query_truncated=request.truncated,
         context=context,

@@ -279,7 +279,7 @@ def test_a_read_command_finds_the_home_above_and_never_makes_one(tmp_path: Path)
     assert not any(p.name == ".kbflow" for p in tmp_path.rglob(".kbflow"))  # nothing left behind
     assert run("reindex", str(docs), cwd=project).returncode == 0  # makes ./.kbflow
     found = run("lookup", "disk full", "--scope", "ops", cwd=project / "deep" / "er")
-    assert found.returncode == 0 and "evidence FOUND" in found.stdout
+    assert found.returncode == 0 and found.stdout.startswith("evidence ")  # FOUND or WEAK
     assert sorted(p.parent for p in tmp_path.rglob(".kbflow")) == [project]
 
 

@@ -157,8 +157,36 @@ def test_hit_reasons_in_words():
 
 def test_no_evidence_says_so_first():
     lines = lookup_lines(_result([]), agent=False, width=80)
-    assert lines[0].startswith("evidence NO_EVIDENCE — level none — 0 delivered of 9 candidates")
+    assert lines[0].startswith("no usable evidence — 0 delivered of 9 candidates")
     assert lines[-1] == "No usable evidence in the knowledge base" and not _ranks(lines)
+
+
+def test_weak_evidence_says_weak_first_and_what_weak_means():
+    data = _result([1])
+    data["relevanceLevel"] = None
+    lines = lookup_lines(data, agent=False, width=200)
+    weak = "evidence WEAK — close to the question, but it vouches for no answer — 1 delivered of 9 candidates"
+    assert lines[0].startswith(weak)
+
+
+def test_completeness_counts_the_precise_pieces_themselves():
+    from types import SimpleNamespace
+
+    from kbflow.retrieval.assemble import completeness_hint
+    from kbflow.retrieval.gate import Calibration
+
+    cals = {"ops": Calibration(reference=0.5, precise=0.8)}
+
+    def piece(q: float) -> SimpleNamespace:
+        return SimpleNamespace(kb_scope="ops", quality_score=q, confidence=None, weak=q < 0.5)
+
+    one_of_two = completeness_hint([piece(0.9), piece(0.6)], "PRECISE", cals)
+    assert one_of_two.startswith("partial: 1 of 2 sources precise")
+    assert completeness_hint([piece(0.9), piece(0.85), piece(0.4)], "PRECISE", cals).startswith(
+        "sufficient: 2 of 3 sources precise"
+    )
+    assert completeness_hint([piece(0.4)], None, cals).startswith("partial: weak evidence only")
+    assert completeness_hint([], None, cals) == "none: no usable evidence"
 
 
 def test_levels_use_the_best_candidates_scope_even_when_it_was_not_delivered():

@@ -37,8 +37,10 @@ def test_full_reindex_serves_evidence_at_every_step(tmp_path):
     settings = Settings(home=tmp_path / "home")
     docs = tmp_path / "docs"
     write_ops_corpus(docs, 1)
-    first = reindex([docs], settings=settings)
+    stages: set[str] = set()
+    first = reindex([docs], settings=settings, progress=lambda stage, *_: stages.add(stage))
     assert first.ok
+    assert "build" in stages and "rebuild" not in stages  # a scope's first index is no rebuild
     old = first.scopes["ops"].physical_collection
     stores = open_stores(settings)
     alias = ms.alias_for(settings.collection_prefix, "ops")

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kbflow.core.wording import counted
+
 
 @contextmanager
 def progress_bar(enabled: bool = True) -> Iterator[Callable[[int], None]]:
@@ -40,12 +42,13 @@ def print_gaps(report: Any, top: int = 20) -> None:
     scope = f"scope {report.scope}" if report.scope else "every scope"
     share = f"{report.unanswered / report.lookups:.0%}" if report.lookups else "–"
     console.print(
-        f"knowledge gaps — {scope}, {report.since} → {report.until}: {report.lookups} lookups, "
-        f"{report.unanswered} unanswered ({share}), {len(report.groups)} groups",
+        f"knowledge gaps — {scope}, {report.since} → {report.until}: {counted(report.lookups, 'lookup')}, "
+        f"{report.unanswered} unanswered ({share}), {counted(len(report.groups), 'group')}",
         highlight=False,
     )
     if report.ungrouped:
-        console.print(f"{report.ungrouped} unanswered lookups kept neither text nor embedding: not grouped")
+        kept = counted(report.ungrouped, "unanswered lookup")
+        console.print(f"{kept} kept neither text nor embedding: not grouped")
     if report.groups:
         table = Table(
             "#", "about", "lookups", "callers", "examples", "what came nearest", "first / last seen"

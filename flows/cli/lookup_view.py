@@ -14,6 +14,7 @@ from typing import Any
 
 from kbflow.core.evidence_keys import source_of
 from kbflow.core.models import short_name
+from kbflow.core.wording import counted
 
 PIPED_WIDTH = 100
 MIN_WIDTH = 40
@@ -77,11 +78,9 @@ def lookup_lines(data: Mapping[str, Any], agent: bool, width: int) -> list[str]:
         return _agent_lines(data, width)
     trace = data["retrievalTrace"]
     evidence = data["evidence"]
-    status = "FOUND" if data["found"] else "NO_EVIDENCE"
-    level = data["relevanceLevel"] or ("weak" if data["found"] else "none")
     lines = wrap(
-        f"evidence {status} — level {level} — {len(evidence)} delivered of "
-        f"{data['candidateCount']} candidates — completeness {data['completenessHint']}",
+        f"{_verdict(data)} — {len(evidence)} delivered of {counted(data['candidateCount'], 'candidate')} — "
+        f"completeness {data['completenessHint']}",
         width,
     )
     query = data["query"] + (" (truncated)" if data.get("queryTruncated") else "")
@@ -96,6 +95,15 @@ def lookup_lines(data: Mapping[str, Any], agent: bool, width: int) -> list[str]:
     if not data["relevanceLevel"]:
         lines += ["", *wrap(WEAK, width)]
     return lines
+
+
+def _verdict(data: Mapping[str, Any]) -> str:
+    """The lookup in words: found at a level, weak (and what weak means), or nothing usable."""
+    if not data["found"]:
+        return "no usable evidence"
+    if data["relevanceLevel"]:
+        return f"evidence FOUND — level {data['relevanceLevel']}"
+    return "evidence WEAK — close to the question, but it vouches for no answer"
 
 
 WEAK = (

@@ -7,6 +7,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kbflow.core.wording import counted
+
 
 def _console(soft_wrap: bool = False) -> Any:
     from kbflow.flows.errors import console as piped_console
@@ -33,9 +35,10 @@ def print_status(
     console.print(f"kbflow status — milvus {uri}", highlight=False)
     for st in statuses:
         target = st.alias_target or "[red]MISSING: run `kbflow reindex --full`[/red]"
-        in_milvus = "? chunks in Milvus (held)" if st.chunks < 0 else f"{st.chunks} chunks in Milvus"
+        held = st.chunks < 0
+        in_milvus = "? chunks in Milvus (held)" if held else f"{counted(st.chunks, 'chunk')} in Milvus"
         console.print(
-            f"scope [bold]{st.kb_scope}[/bold]: {st.documents} documents "
+            f"scope [bold]{st.kb_scope}[/bold]: {counted(st.documents, 'document')} "
             f"({_health(st)}), {in_milvus} "
             f"({st.chunks_recorded} recorded)\n  collection {st.collection} -> {target}\n"
             f"  analyzer {st.analyzer}, model {st.model_name or st.model} ({st.dim}-d), "

@@ -164,11 +164,15 @@ def _in_process(args: argparse.Namespace, settings: Any, err: Any) -> Any:
 
         def progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                label = stage if stage == "rebuild" else f"{stage} documents"
+                label = STAGE_LABELS.get(stage, f"{stage} documents")
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
         return reindex(args.paths, progress=progress, **kwargs)
+
+
+# the build stages are collection steps, not documents
+STAGE_LABELS = {"build": "build the scope's collection", "rebuild": "rebuild the scope's collection"}
 
 
 def _at_least_one(text: str) -> int:

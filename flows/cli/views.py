@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kbflow.core.wording import counted
 from kbflow.flows.common import summary_rows
 
 
@@ -24,7 +25,7 @@ def print_reindex_summary(summary: Any, console: Any) -> None:
     console.print(table)
     for sc in summary.scopes.values():
         console.print(
-            f"scope [bold]{sc.kb_scope}[/bold]: {sc.documents} documents, analyzer {sc.analyzer}, "
+            f"scope [bold]{sc.kb_scope}[/bold]: {counted(sc.documents, 'document')}, analyzer {sc.analyzer}, "
             f"collection {sc.collection} -> {sc.physical_collection}",
             highlight=False,
         )
