@@ -15,8 +15,20 @@ from kbflow.evaluation.history import CHARTED
 W, H, LEFT, RIGHT, TOP, BOTTOM = 520, 200, 46, 12, 12, 30
 COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2")
 
+# fonts that have Chinese glyphs, named before the generic family: Chromium on a machine whose
+# default sans-serif lacks them draws boxes otherwise (scripts/chromium.sh installs the last one)
+CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Source Han Sans SC",
+    "PingFang SC",
+    "Microsoft YaHei",
+    "WenQuanYi Micro Hei",
+)
+CJK = ",".join(f'"{f}"' for f in CJK_FONTS)
+
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1f2937;margin:0;background:#f8fafc}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",{CJK},sans-serif;color:#1f2937;margin:0;
+background:#f8fafc}
 main{max-width:1100px;margin:0 auto;padding:24px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 .sub{color:#6b7280;margin:0 0 16px}
@@ -25,11 +37,11 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #f1f5f9;vertical-align:top}
 th{color:#475569;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(480px,1fr));gap:12px}
-svg.chart{width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#475569}
+svg.chart{width:100%;height:auto}svg text{font:11px system-ui,{CJK},sans-serif;fill:#475569}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;
 border-radius:2px;margin-right:4px;vertical-align:-1px}.empty{color:#6b7280;font-style:italic}
-.bad{color:#b91c1c}
-"""
+.bad{color:#b91c1c}ul.failed{margin:4px 0;padding-left:20px;font-size:13px}
+""".replace("{CJK}", CJK)
 
 
 def _nice_max(values: Sequence[float]) -> float:
@@ -163,7 +175,20 @@ def _scopes(scopes: Sequence[dict[str, Any]], last_run: dict[str, Any] | None) -
             f"<p>Last run: {escape(last_run['mode'])} reindex, finished {escape(last_run['finished_at'])}, "
             f"{status}, {counted(last_run['failed'], 'document')} failed.</p>"
         )
+        table += _failed_documents(last_run.get("failed_documents", []))
     return table
+
+
+def _failed_documents(failed: Sequence[dict[str, str]], shown: int = 10) -> str:
+    """The last run's failed documents by name and reason, the first `shown` of them."""
+    if not failed:
+        return ""
+    items = "".join(
+        f"<li><code>{escape(f['path'])}</code>: {escape(f['reason'])}</li>" for f in failed[:shown]
+    )
+    rest = len(failed) - shown
+    more = f"<li>…and {rest} more: <code>kbflow status</code> lists them all</li>" if rest > 0 else ""
+    return f'<ul class="failed">{items}{more}</ul>'
 
 
 def _gaps(gaps: GapsReport, top: int = 10) -> str:

@@ -131,5 +131,6 @@ def last_run(sql: SqlStore) -> dict[str, Any] | None:
         "ok": row.ok,
         "mode": row.mode,
         "roots": row.roots,
-        "failed": len((row.summary or {}).get("failed", [])),
+        "failed": len(failed := (row.summary or {}).get("failed", [])),
+        "failed_documents": [{"path": f.get("path", "?"), "reason": f.get("reason", "")} for f in failed],
     }

@@ -3,9 +3,11 @@
 The English golden corpus is indexed, bench/gaps.py's seeded audit is asked (answerable golden
 questions and 5 uncovered topics) and spread over the last 14 days, the committed baseline is
 recorded as an eval run a week ago and one live eval run is made now; then the report is
-written and rendered by headless Chromium into docs/img/report.png.
+written and rendered by headless Chromium into the PNG you name (the README's picture is
+docs/img/report.png, refreshed only when asked for by name with --docs-image).
 
-    python scripts/report_demo.py [--out docs/img/report.png]
+    python scripts/report_demo.py --out /tmp/report.png
+    python scripts/report_demo.py --docs-image     # rewrites the tracked docs/img/report.png
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kbflow.flows.report import write_owner_report
 from kbflow.ingest.reindex import reindex
 
 REPO = Path(__file__).resolve().parent.parent
+DOCS_IMAGE = REPO / "docs" / "img" / "report.png"
 
 
 def _bench():
@@ -40,8 +43,13 @@ def _bench():
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(REPO / "docs" / "img" / "report.png"))
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", metavar="F.png", help="write the screenshot here (and the HTML beside it)")
+    where.add_argument(
+        "--docs-image", action="store_true", help="rewrite the tracked docs/img/report.png (the README's)"
+    )
     args = ap.parse_args()
+    args.out = str(DOCS_IMAGE if args.docs_image else Path(args.out).expanduser().absolute())
     work = Path(tempfile.mkdtemp(prefix="kbflow-report-demo-"))
     settings = Settings(home=work / "home")
     bench = _bench()
@@ -76,7 +84,9 @@ def main() -> int:
         check=True,
         capture_output=True,
     )
-    print(f"wrote {args.out} from {html}")
+    kept = Path(args.out).with_suffix(".html")
+    shutil.copyfile(html, kept)
+    print(f"wrote {args.out} (screenshot) and {kept} (open it in a browser)")
     return 0
 
 

@@ -21,6 +21,7 @@ from tests.conftest import run_cli, write_doc
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DAYS = 10
 HOSTILE = '<script>alert("x")</script> terraform state lock'
+ZH = "保险库被密封了怎么办"  # unanswered, so the gaps table shows it
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,9 @@ def page(tmp_path_factory):
         body="# Disk full\n\n## Symptoms\n\nNo space left on device.\n",
     )
     assert reindex([base / "docs"], settings=settings).ok
-    questions = ["kafka consumer lag keeps growing", "no space left on device", HOSTILE, "vault is sealed"]
+    (base / "docs" / "broken.md").write_text("---\nkb_scope: [ops\n---\n# Broken\n", encoding="utf-8")
+    assert not reindex([base / "docs"], settings=settings).ok  # the last run: one document failed
+    questions = ["kafka consumer lag keeps growing", "no space left on device", HOSTILE, ZH]
     ids = [
         lookup_knowledge(q, kb_scope="ops", settings=settings).audit_id
         for _ in range(DAYS)
@@ -87,7 +90,23 @@ def test_the_page_is_self_contained_and_escapes_user_text(page):
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text  # the question, shown as text
     for heading in ("Scopes", "Lookups", "Knowledge gaps", "Eval history"):
         assert f"<h2>{heading}" in text
-    assert "vault is sealed" in text and "kafka-lag" in text
+    assert ZH in text and "kafka-lag" in text
+
+
+def test_the_last_runs_failed_documents_are_named(page):
+    text = page.read_text(encoding="utf-8")
+    assert "1 document failed." in text
+    assert re.search(r"<li><code>[^<]*broken\.md</code>: ", text), "the failed document is not named"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium; scripts/chromium.sh installs it and a CJK font")
+def test_chinese_questions_get_a_font_with_chinese_glyphs(page):
+    from kbflow.evaluation.report_html import CJK_FONTS
+
+    installed = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout
+    named = [f for f in CJK_FONTS if f in installed]
+    assert named, f"no font of the page's CJK stack {CJK_FONTS} is installed: run scripts/chromium.sh"
+    assert f'"{named[0]}"' in page.read_text(encoding="utf-8")  # and the page asks for it
 
 
 @pytest.mark.skipif(

@@ -19,10 +19,6 @@ def _console(soft_wrap: bool = False) -> Any:
     return console
 
 
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def print_status(
     uri: str, statuses: Sequence[Any], roots: Sequence[Mapping[str, Any]], run: Any, held: str = ""
 ) -> None:
@@ -49,18 +45,19 @@ def print_status(
             highlight=False,
         )
         for root, n in st.roots.items():
-            console.print(f"  root {root}: {_n(n, 'document')}", highlight=False, markup=False)
+            console.print(f"  root {root}: {counted(n, 'document')}", highlight=False, markup=False)
     console.print("documents per root:")
     for r in roots:
         per_scope = ", ".join(f"{scope} {n}" for scope, n in r["scopes"].items())
-        console.print(
-            f"  {r['root']}: {_n(r['documents'], 'document')} ({per_scope})", highlight=False, markup=False
-        )
+        line = f"  {r['root']}: {counted(r['documents'], 'document')} ({per_scope})"
+        console.print(line, highlight=False, markup=False)
     if run:
         console.print(
             f"last reindex: {run['finished_at']} ({run['mode']}, "
-            f"{'ok' if run['ok'] else _n(run.get('failed', 0), 'failure')})"
+            f"{'ok' if run['ok'] else counted(run.get('failed', 0), 'failure')})"
         )
+        for f in run.get("failed_documents", []):
+            console.print(f"  FAILED {f['path']}: {f['reason']}", highlight=False, markup=False)
 
 
 def _health(st: Any) -> str:
