@@ -12,6 +12,7 @@ counts of its own terms only, so the cost does not grow with the scope.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -168,6 +169,25 @@ def read(session: Session, scope: str, terms: Iterable[str], exclude: Sequence[s
             df.subtract(t for t in doc_terms.split() if t in df)
     docs = max(0, df.pop(DOC_COUNT, 0))
     return Vocabulary(docs, {t: n for t, n in df.items() if n > 0})
+
+
+def everywhere_terms(
+    session: Session, scope: str, min_documents: int = 3, share: float = 1.0
+) -> frozenset[str]:
+    """The terms (at least) `share` of the documents of `scope` have — its product's name, in a
+    knowledge base about one product — when it has at least `min_documents`: they say nothing
+    about a question's topic inside the scope."""
+    docs = scope_documents_counted(session, scope)
+    if docs < min_documents:
+        return frozenset()
+    rows = session.scalars(
+        select(ScopeTermRow.term).where(
+            ScopeTermRow.kb_scope == scope,
+            ScopeTermRow.df >= max(2, math.ceil(share * docs)),
+            ScopeTermRow.term != DOC_COUNT,
+        )
+    )
+    return frozenset(rows)
 
 
 def scope_documents_counted(session: Session, scope: str) -> int:

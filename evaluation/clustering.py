@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kbflow.core.analysis import STOPWORDS, ZH_STOPWORDS, chinese_terms
+from kbflow.core.analysis import STOPWORDS, ZH_STOPWORDS, analyze_terms, chinese_terms
 
 METHODS = ("auto", "average", "leader", "two-stage")
 DEFAULT_METHOD = "auto"
@@ -33,6 +33,7 @@ FINE = 0.5  # two-stage: the leader pass's threshold, tight enough that a group 
 AVERAGE_MAX = 5000
 _WORD = re.compile(r"[^\W_]+(?:[._\-][^\W_]+)*")
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
+_LETTERS = re.compile(r"[^\W_\u3400-\u9fff\uf900-\ufaff]+(?:['._\-][^\W_\u3400-\u9fff\uf900-\ufaff]+)*")
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -175,6 +176,24 @@ def words(text: str) -> list[str]:
         elif token not in STOPWORDS and len(token) > 1 and not token.isdigit():
             out.append(token)
     return [w for w in out if w not in ZH_STOPWORDS]
+
+
+def without_terms(text: str, terms: frozenset[str]) -> str:
+    """`text` less the words whose analysed terms all lie in `terms` (the scope's everywhere
+    terms): "ledgerd settlement batch failed" -> "settlement batch failed". Chinese terms are cut
+    out where they occur. The text as it was when nothing would be left."""
+    if not terms:
+        return text
+
+    def drop(word: re.Match) -> str:
+        analysed = analyze_terms(word.group())
+        return " " if analysed and set(analysed) <= terms else word.group()
+
+    out = _LETTERS.sub(drop, text)
+    for term in sorted((t for t in terms if len(t) > 1 and _CJK_RUN.fullmatch(t)), key=len, reverse=True):
+        out = out.replace(term, " ")
+    out = re.sub(r"\s+", " ", out).strip()
+    return out if words(out) else text
 
 
 def salient_terms(groups: Sequence[Sequence[str]], top: int = 3) -> list[list[str]]:

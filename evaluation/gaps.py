@@ -2,9 +2,11 @@
 lookup audit of a time window.
 
 The lookups answered "no usable evidence" or with weak evidence only are grouped by meaning
-(their embeddings, evaluation/clustering.py) and each group is named by its salient terms; the
-lookups the fallback rescued (the L0 hint pointed the wrong way) are listed apart, and so are
-the documents never returned and the most returned. Eval traffic (`caller = eval`) is left out.
+(their embeddings, evaluation/clustering.py) and each group is named by its salient terms; in a
+scope about one product, both read what a question asks less the terms every document has (the
+product's name says nothing about a gap). The lookups the fallback really rescued are listed
+apart, and so are the documents never returned and the most returned. Eval traffic
+(`caller = eval`) is left out.
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ from kbflow.evaluation.clustering import (
     cluster,
     salient_terms,
     unit_rows,
+    without_terms,
 )
 
+# a term in this share of a scope's documents says nothing about a gap's topic: the product's
+# name, and the product's core vocabulary (ticdc-zh's "同步" is in 6 of 7; with it kept, two of the
+# 3 seeded Chinese gaps merge; bench/gaps.py, single-product)
+EVERYWHERE_SHARE = 0.8
 Embed = Callable[[str, list[str]], np.ndarray]  # (model id, texts) -> unit rows
 Progress = Callable[[int], None]
 _SINCE = re.compile(r"^(\d+)([hdw])$")
@@ -58,6 +65,7 @@ class Unanswered:
     vector: np.ndarray | None
     model: str | None
     query_hash: str | None = None
+    topic: str | None = None  # the question less its scope's everywhere terms, when it had any
 
     @property
     def key(self) -> str:
@@ -196,6 +204,43 @@ def fill_vectors(entries: Sequence[Unanswered], scope_models: dict[str, str], em
                 e.vector = vector
 
 
+def everywhere_by_scope(sql: SqlStore, scopes: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Per scope, the terms all its documents share (see core.vocabulary.everywhere_terms)."""
+    from kbflow.core.vocabulary import everywhere_terms
+
+    with sql.session() as s:
+        found = {sc: everywhere_terms(s, sc, share=EVERYWHERE_SHARE) for sc in sorted(set(scopes))}
+    return {scope: terms for scope, terms in found.items() if terms}
+
+
+def retopic(
+    entries: Sequence[Unanswered],
+    everywhere: dict[str, frozenset[str]],
+    scope_models: dict[str, str],
+    embed: Embed,
+) -> None:
+    """Group and name questions by what they ask about, not by the product they all name: in a
+    scope about one product, a question's everywhere terms are taken out and the rest embedded
+    again (once per distinct text), as the lookup's model embeds queries."""
+    todo: dict[tuple[str, str], list[Unanswered]] = defaultdict(list)
+    for e in entries:
+        terms = everywhere.get(e.kb_scope or "")
+        model = e.model or scope_models.get(e.kb_scope or "")
+        if not (terms and e.query and model):
+            continue
+        topic = without_terms(e.query, terms)
+        if topic != e.query:
+            e.topic, e.model = topic, model
+            todo[(model, topic)].append(e)
+    by_model: dict[str, list[str]] = defaultdict(list)
+    for model, text in todo:
+        by_model[model].append(text)
+    for model, texts in by_model.items():
+        for text, vector in zip(texts, embed(model, texts), strict=True):
+            for e in todo[(model, text)]:
+                e.vector = vector
+
+
 def _titles(sql: SqlStore, doc_ids: Iterable[str]) -> dict[str, str]:
     wanted = sorted(set(doc_ids))
     out: dict[str, str] = {}
@@ -271,7 +316,7 @@ def group_unanswered(
             grouped[int(label)].extend(same)
         clusters.extend(grouped.values())
     clusters.sort(key=lambda c: (-len(c), min(m.id for m in c)))
-    terms = salient_terms([[m.query for m in c if m.query] for c in clusters])
+    terms = salient_terms([[m.topic or m.query for m in c if m.query] for c in clusters])
     titles = _titles(sql, (doc_of(m.top_key) for c in clusters for m in c if m.top_key))
     return [
         _group(c, " · ".join(t) if t else "(question text not kept)", titles)
@@ -322,6 +367,8 @@ def knowledge_gaps(
             r.kb_scope: r.model_id for r in s.execute(select(ScopeRow.kb_scope, ScopeRow.model_id))
         }
     fill_vectors(window.unanswered, scope_models, embed)
+    everywhere = everywhere_by_scope(sql, (e.kb_scope for e in window.unanswered if e.kb_scope))
+    retopic(window.unanswered, everywhere, scope_models, embed)
     groups = group_unanswered(sql, window.unanswered, method, threshold, embed if center else None)
     never, most = document_usage(sql, scope, window.returned)
     return GapsReport(

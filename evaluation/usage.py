@@ -5,21 +5,25 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from kbflow.core.evidence_keys import source_of
-from kbflow.core.sql import DocumentRow, LookupAuditRow, SqlStore
+from kbflow.core.sql import DocumentRow, L0EntryRow, LookupAuditRow, SqlStore
 
 RETRY = "UNFILTERED_VECTOR_RETRY"  # the fallback's attempt: the L0-filtered one came back weak
 
 
-def rescued_lookups(sql: SqlStore, scope: str | None, since: datetime, limit: int = 50) -> list[dict]:
-    """Lookups the fallback answered: the category the L0 hint filtered on, and what the retry
-    found without it. Newest first."""
+def rescued_lookups(sql: SqlStore, scope: str | None, since: datetime, limit: int = 500) -> list[dict]:
+    """Lookups the fallback really rescued: the L0-filtered attempt came back weak, and the retry
+    found evidence at REFERENCE or better in a document outside the hinted category. (A retry that
+    found only weak evidence rescued nothing; on a scope of one category the hint cannot mislead.)
+    Newest first."""
     stmt = (
         select(
             LookupAuditRow.query,
+            LookupAuditRow.kb_scope,
             LookupAuditRow.attempts,
             LookupAuditRow.evidence_keys,
             LookupAuditRow.created_at,
@@ -29,6 +33,8 @@ def rescued_lookups(sql: SqlStore, scope: str | None, since: datetime, limit: in
             LookupAuditRow.created_at >= since,
             LookupAuditRow.selected_attempt == RETRY,
             LookupAuditRow.found.is_(True),
+            LookupAuditRow.relevance_level.is_not(None),
+            or_(LookupAuditRow.caller.is_(None), LookupAuditRow.caller != "eval"),
         )
         .order_by(LookupAuditRow.id.desc())
     )
@@ -37,15 +43,16 @@ def rescued_lookups(sql: SqlStore, scope: str | None, since: datetime, limit: in
     out = []
     with sql.session() as s:
         for row in s.execute(stmt):
-            if row.caller == "eval":
+            hinted = (row.attempts[0] if row.attempts else {}).get("categoryFilter")
+            found = source_of(row.evidence_keys[0]) if row.evidence_keys else None
+            if found is None or _category(s, row.kb_scope, found) == hinted:
                 continue
-            first = row.attempts[0] if row.attempts else {}
             at = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
             out.append(
                 {
                     "query": row.query,
-                    "misleading_category": first.get("categoryFilter"),
-                    "found": source_of(row.evidence_keys[0]) if row.evidence_keys else None,
+                    "misleading_category": hinted,
+                    "found": found,
                     "at": at.isoformat(timespec="seconds"),
                     "caller": row.caller or "python",
                 }
@@ -53,6 +60,14 @@ def rescued_lookups(sql: SqlStore, scope: str | None, since: datetime, limit: in
             if len(out) >= limit:
                 break
     return out
+
+
+def _category(session: Any, scope: str | None, doc_id: str) -> str | None:
+    """The L0 category of a document (of any scope when the lookup spanned several)."""
+    stmt = select(L0EntryRow.category).where(L0EntryRow.doc_id == doc_id)
+    if scope:
+        stmt = stmt.where(L0EntryRow.kb_scope == scope)
+    return session.scalars(stmt.limit(1)).first()
 
 
 def document_usage(

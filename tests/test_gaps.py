@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, update
 
 from kbflow.core.settings import Settings
-from kbflow.core.sql import DocumentRow, LookupAuditRow, SqlStore
+from kbflow.core.sql import DocumentRow, L0EntryRow, LookupAuditRow, SqlStore
 from kbflow.ingest.reindex import reindex
 from kbflow.retrieval.audit import purge_expired
 from kbflow.retrieval.lookup import lookup_knowledge
@@ -59,6 +59,16 @@ def test_gaps_lists_the_seeded_topics_first_each_pure(audited):
     rescued = {r["query"]: r for r in report["rescued"]}  # the golden fallback case, asked by 3 callers
     fallback = rescued["chat messages arrive late and consumer lag keeps growing"]
     assert fallback["misleading_category"] and fallback["found"] == "kafka-consumer-lag"
+    # only real rescues: evidence at a level, in a document outside the category the hint chose
+    sql = SqlStore(settings.resolved_database_url)
+    with sql.session() as s:
+        for r in report["rescued"]:
+            category = s.scalars(select(L0EntryRow.category).where(L0EntryRow.doc_id == r["found"])).first()
+            assert category != r["misleading_category"], r
+        levels = s.scalars(
+            select(LookupAuditRow.relevance_level).where(LookupAuditRow.query.in_(list(rescued)))
+        ).all()
+    assert levels and None not in levels
     labels = " ".join(g["label"] for g in report["groups"][:5])
     assert all(word in labels for word in ("elasticsearch", "terraform", "jenkins", "vault", "cassandra"))
 
@@ -238,3 +248,26 @@ def test_a_home_with_nothing_in_it_is_told_not_created(tmp_path):
         done = run_cli(*command, home=tmp_path / "nowhere")
         assert done.returncode == 2 and "no kbflow home at" in done.stderr, done.stderr
     assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_single_product_gaps_are_kept_apart_and_named_without_the_product(tmp_path, language):
+    """A scope about one product (ledgerd; TiCDC): its name is in every document and in every
+    question. Three different gaps stay three groups, and no label is the product's name."""
+    bench = _bench()
+    settings = Settings(home=tmp_path / "home")
+    truth = bench.single_product_audit(settings, language, repeats=1)
+    case = bench.single_product(language)
+    cli = run_cli("gaps", "--json", "--scope", case["scope"], home=settings.home)
+    assert cli.returncode == 0, cli.stderr
+    report = json.loads(cli.stdout)
+    top = report["groups"][:3]
+    gaps = set()
+    for group in top:
+        topic, n = Counter(truth[i] for i in group["ids"]).most_common(1)[0]
+        assert n / group["count"] >= 0.75, (group["label"], group["ids"])
+        gaps.add(topic)
+    assert gaps == set(case["topics"]), [g["label"] for g in report["groups"]]
+    product = case["product"].lower()
+    assert not any(product in g["label"].lower() for g in report["groups"]), [g["label"] for g in top]
+    assert all(product in e.lower() for g in top for e in g["examples"])  # the questions as asked

@@ -72,12 +72,15 @@ def print_gaps(report: Any, top: int = 20) -> None:
         console.print("every lookup of the window found usable evidence")
     if report.rescued:
         console.print(
-            f"\nrescued by the fallback ({len(report.rescued)}): the L0 hint misled", highlight=False
+            f"\nrescued by the fallback ({len(report.rescued)}): the L0 hint misled, the retry found "
+            "the answer in another category", highlight=False
         )
-        for r in report.rescued[:10]:
+        for r in report.rescued[:top]:
             console.print(
                 f"  {r.query!r}: L0 filtered on {r.misleading_category}, found {r.found}", highlight=False
             )
+        if len(report.rescued) > top:
+            console.print(f"  …and {len(report.rescued) - top} more (--json lists all)")
     console.print(f"\ndocuments never returned ({len(report.never_returned)}):", highlight=False)
     for d in report.never_returned[:top]:
         console.print(f"  {d}", highlight=False)
