@@ -9,13 +9,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kbflow.core.wording import counted
-from kbflow.flows.common import summary_rows
 
 
 def print_reindex_summary(summary: Any, console: Any) -> None:
     """The counts table, then each scope, removal, warning and failure on its own line."""
     from rich.markup import escape
     from rich.table import Table
+
+    from kbflow.flows.common import summary_rows  # the write side, only when a reindex ran
 
     table = Table(title=f"kbflow reindex ({summary.mode})", show_header=False)
     table.add_column("what")
