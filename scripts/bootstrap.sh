@@ -11,6 +11,8 @@ stamp=.venv/.kbflow-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
-  .venv/bin/python -m pip install --quiet -e '.[test]'
+  # setuptools warns on every editable install with a package-dir map (ours puts core/, flows/…
+  # under kbflow.*; tests/test_namespace.py checks nothing shadows it): silenced, not hidden
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --quiet -e '.[test]'
   touch "$stamp"
 fi

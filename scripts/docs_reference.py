@@ -15,6 +15,19 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # Material's end-of-life banner on every build
+
+
+def on_startup(**_: Any) -> None:
+    """MkDocs hook: the search index cuts Chinese pages with jieba; its dictionary notes (four
+    lines on stderr per build) are kept off."""
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+
+
 MARKERS = {"<!-- generated: cli -->": "cli", "<!-- generated: settings -->": "settings"}
 
 
