@@ -19,7 +19,6 @@ from typing import Any
 import yaml
 
 from kbflow.core.settings import Settings
-from kbflow.core.wording import counted
 from kbflow.evaluation import ir
 from kbflow.evaluation.cases import CaseFileError
 
@@ -368,7 +367,7 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     """The readable summary `kbflow eval --beir` prints without --json."""
     k, neg = report["k"], report["negatives"]
     lines = [
-        f"BEIR {report['dataset']} -> scope {report['scope']}: {counted(report['documents'], 'document')} "
+        f"BEIR {report['dataset']} -> scope {report['scope']}: {report['documents']} documents "
         f"({report['indexed']} indexed, {len(report['failed_documents'])} failed), {report['queries']} "
         f"judged queries, negatives near {neg['near']} off {neg['off']}, depth {report['depth']}, k {k}"
     ]

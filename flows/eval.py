@@ -20,8 +20,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed, Failed, State
 
 from kbflow.core.settings import Settings
-from kbflow.evaluation.report import diff_markdown, report_markdown, verdict_line
+from kbflow.evaluation.report import diff_markdown, report_markdown
 from kbflow.evaluation.runner import EVAL_ROOT, SEED_DOCS, run_eval
+from kbflow.evaluation.verdict import verdict_line
 from kbflow.flows.common import deployment_summary
 from kbflow.ingest.reindex import reindex
 

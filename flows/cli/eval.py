@@ -28,6 +28,10 @@ ACTION_HELP = (
 )
 
 
+SHOW_KNOWN_HELP = (
+    "list the known failures (cases failing in the baseline too) one per line; by default the verdict "
+    "only counts them"
+)
 MODE_SETS = {"both": ["hybrid", "dense"], "all": ["hybrid", "dense", "bm25"]}
 
 
@@ -74,12 +78,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--cases", help="cases file (default eval/rag-retrieval/cases/golden-cases.json)")
     p.add_argument("--fixtures", help="fixtures directory (default eval/rag-retrieval/fixtures)")
     p.add_argument("--json-report", metavar="F", help="write the full report as JSON to F")
-    p.add_argument(
-        "--show-known",
-        action="store_true",
-        help="list the known failures (cases failing in the baseline too) one per line; by default the "
-        "verdict only counts them",
-    )
+    p.add_argument("--show-known", action="store_true", help=SHOW_KNOWN_HELP)
     p.add_argument(
         "--markdown-report", metavar="F", help="write the report as Markdown to F, and a chart F.png"
     )

@@ -43,7 +43,8 @@ def print_reindex_summary(summary: Any, console: Any) -> None:
 def eval_lines(outcome: Any, show_known: bool = False) -> list[str]:
     """The golden-case run: metrics, new failures, the baseline diff, and one closing verdict.
     Known failures (failing in the baseline too) are counted; listed only on request."""
-    from kbflow.evaluation.report import summary_lines, verdict_line
+    from kbflow.evaluation.report import summary_lines
+    from kbflow.evaluation.verdict import verdict_line
 
     lines = list(summary_lines(outcome.report))
     known = set(outcome.diff["known_failures"]) if outcome.diff is not None else set()
