@@ -32,24 +32,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kbflow.core.models import E5_MODEL_ID, base_model_id, short_name  # noqa: E402
-from kbflow.core.settings import Settings  # noqa: E402
-from kbflow.evaluation.beir import load_negatives  # noqa: E402
-from kbflow.evaluation.calibrate import (  # noqa: E402
+from bench.signals import TriedSignals  # noqa: E402
+from kbflow.calibration.calibrate import (  # noqa: E402
     LabelledQuery,
     achieved,
     calibrate,
     choose_floor,
     query_score,
 )
-from kbflow.evaluation.calibration_data import beir_queries, golden_queries  # noqa: E402
-from kbflow.evaluation.recipe import SELF_FEATURES  # noqa: E402
-from kbflow.evaluation.self_calibration import (  # noqa: E402
+from kbflow.calibration.calibration_data import beir_queries, golden_queries  # noqa: E402
+from kbflow.calibration.recipe import SELF_FEATURES  # noqa: E402
+from kbflow.calibration.self_calibration import (  # noqa: E402
     beir_asked,
     golden_asked,
     run_pairs,
     self_asked,
 )
+from kbflow.core.models import E5_MODEL_ID, base_model_id, short_name  # noqa: E402
+from kbflow.core.settings import Settings  # noqa: E402
+from kbflow.evaluation.beir import load_negatives  # noqa: E402
 from kbflow.retrieval.calibration import packaged_default  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,22 +69,24 @@ def rates(cal, queries: list[LabelledQuery], pool: int) -> dict[str, float | Non
     }
 
 
-def real_sets(settings: Settings, pool: int) -> dict[str, list[LabelledQuery]]:
-    golden = golden_queries(settings, pool)
+def real_sets(settings: Settings, pool: int, tried: TriedSignals) -> dict[str, list[LabelledQuery]]:
+    golden = golden_queries(settings, pool, signals=tried)
     zh = [q for q in golden if base_model_id(q.model_id) == E5_MODEL_ID]
     en = [q for q in golden if base_model_id(q.model_id) != E5_MODEL_ID]
     out = {"golden-en": en, "golden-zh": zh}
     if CACM.exists():
-        out["cacm"] = beir_queries(CACM, "cacm", settings, pool, load_negatives(CACM_NEGATIVES))
+        out["cacm"] = beir_queries(CACM, "cacm", settings, pool, load_negatives(CACM_NEGATIVES), tried)
     return out
 
 
-def leave_out_sets(settings: Settings, pool: int, real: dict) -> dict[str, list[LabelledQuery]]:
-    golden = run_pairs(golden_asked(), settings, pool, with_answer=False)
+def leave_out_sets(
+    settings: Settings, pool: int, real: dict, tried: TriedSignals
+) -> dict[str, list[LabelledQuery]]:
+    golden = run_pairs(golden_asked(), settings, pool, with_answer=False, signals=tried)
     by_model = {name: {q.model_id for q in qs} for name, qs in real.items()}
     out = {name: [q for q in golden if q.model_id in by_model[name]] for name in ("golden-en", "golden-zh")}
     if "cacm" in real:
-        out["cacm"] = run_pairs(beir_asked(CACM, "cacm"), settings, pool, with_answer=False)
+        out["cacm"] = run_pairs(beir_asked(CACM, "cacm"), settings, pool, with_answer=False, signals=tried)
     return out
 
 
@@ -99,7 +102,7 @@ FEATURE_SETS = {
     "+ novel": (*BASE, "novel"),
     "+ novel + margin": (*BASE, "novel", "margin"),
     "+ all four": (*BASE, "unmatched", "margin", "agreement", "novel"),
-    # with the scope's vocabulary (evaluation/vocabulary.py)
+    # with the scope's vocabulary (bench/signals.py, Vocabulary)
     "+ salient": (*BASE, "salient"),
     "salient instead of coverage": ("cosine", "salient"),
     "+ absent": (*BASE, "absent"),
@@ -119,12 +122,14 @@ def collect_all(
         return {
             name: tuple([LabelledQuery(**q) for q in part] for part in parts) for name, parts in raw.items()
         }
-    real = real_sets(settings, pool)
-    leave = leave_out_sets(settings, pool, real)
+    tried = TriedSignals(settings)  # calibration data with the tried signals (bench/signals.py)
+    real = real_sets(settings, pool, tried)
+    leave = leave_out_sets(settings, pool, real, tried)
     out = {}
     for name, scopes in SETS.items():
         if name in real:
-            synth = [q for s in scopes for q in run_pairs(self_asked(settings, s, max_docs), settings, pool)]
+            asked = [a for s in scopes for a in self_asked(settings, s, max_docs)]
+            synth = run_pairs(asked, settings, pool, signals=tried)
             out[name] = (real[name], synth, leave[name])
     cache.write_text(
         json.dumps({n: [[asdict(q) for q in part] for part in parts] for n, parts in out.items()})

@@ -4,7 +4,7 @@ Speed: each backend encodes exactly the chunk texts `bench/ingest.py` reindexes 
 runbooks, ~1,000 chunks) with the threads a reindex uses, and 100 single queries with the one
 thread a lookup uses. Quality: each backend indexes and evaluates the golden corpus
 (`kbflow eval --live`) and CACM (`kbflow eval --beir ... --depth 100`) in its own home, so
-vectors of two backends never meet. Targets (issue 12): onnx-int8 encodes >= 2x faster than
+vectors of two backends never meet. Targets: onnx-int8 encodes >= 2x faster than
 torch fp32 and loses <= 1 point nDCG@10 on either set.
 
     python bench/embedding_backends.py [--docs 260] [--only speed|quality] [--home DIR]

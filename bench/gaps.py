@@ -37,10 +37,10 @@ from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.core.sql import LookupAuditRow  # noqa: E402
 from kbflow.core.stores import close_all, open_stores  # noqa: E402
 from kbflow.evaluation.cases import load_cases  # noqa: E402
-from kbflow.evaluation.clustering import DEFAULT_METHOD  # noqa: E402
-from kbflow.evaluation.gaps import knowledge_gaps, model_embedder  # noqa: E402
 from kbflow.evaluation.runner import EVAL_ROOT  # noqa: E402
 from kbflow.ingest.reindex import reindex  # noqa: E402
+from kbflow.insights.clustering import DEFAULT_METHOD  # noqa: E402
+from kbflow.insights.gaps import knowledge_gaps, model_embedder  # noqa: E402
 from kbflow.retrieval.lookup import lookup_knowledge  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

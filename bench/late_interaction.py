@@ -28,12 +28,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kbflow.calibration.calibrate import LabelledQuery, achieved, calibrate  # noqa: E402
+from kbflow.calibration.labels import selected_hits  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.evaluation.beir import ingest_beir, load_beir, load_negatives, run_lookups  # noqa: E402
-from kbflow.evaluation.calibrate import LabelledQuery, achieved, calibrate  # noqa: E402
 from kbflow.evaluation.cases import load_cases  # noqa: E402
 from kbflow.evaluation.runner import EVAL_ROOT, seed_scopes  # noqa: E402
-from kbflow.evaluation.signals import selected_hits  # noqa: E402
 from kbflow.retrieval.lookup import lookup_knowledge  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ per language and per scope:
 Beside the lookups as they are (the packaged calibrations), it shows what the same lookups'
 levels would be if they read quality alone (the gate before level models), and with `--fit` it
 fits each packaged model's level model again on the trust set plus the golden corpus
-(`evaluation/levels.py`) and reports it in-sample and leave-one-scope-out (each trust scope
+(`calibration/levels.py`) and reports it in-sample and leave-one-scope-out (each trust scope
 judged by a model fitted without it: the forecast for a scope nobody labelled). `--write`
 stores the fitted level models in the packaged calibration files.
 
@@ -38,10 +38,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from kbflow.calibration.calibrate import LabelledQuery  # noqa: E402
+from kbflow.calibration.levels import fit_levels, leave_one_group_out, level_rates, level_samples  # noqa: E402
 from kbflow.core.models import base_model_id  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
-from kbflow.evaluation.calibrate import LabelledQuery  # noqa: E402
-from kbflow.evaluation.levels import fit_levels, leave_one_group_out, level_rates, level_samples  # noqa: E402
 from kbflow.evaluation.trust import (  # noqa: E402
     TRUST_CASES,
     Judged,
@@ -156,7 +156,7 @@ def document_span(settings: Settings, base: str, trust: set[str]) -> list[int]:
 def fit(settings: Settings, labelled: list[LabelledQuery], write: bool) -> dict[str, Any]:
     """Fit each packaged model's level model on the trust set plus the golden corpus; print it
     in-sample and leave-one-scope-out beside the levels read from quality; store with `write`."""
-    from kbflow.evaluation.calibration_data import golden_queries
+    from kbflow.calibration.calibration_data import golden_queries
 
     others = {"golden": golden_queries(settings, settings.retrieve_k)}
     out: dict[str, Any] = {}
@@ -204,7 +204,7 @@ def concentration(settings: Settings, kb_scope: str) -> tuple[int, float]:
     one topic a scope is."""
     import numpy as np
 
-    from kbflow.evaluation.self_calibration import scope_chunks
+    from kbflow.calibration.self_calibration import scope_chunks
 
     by_doc: dict[str, list] = {}
     for c in scope_chunks(settings, kb_scope):

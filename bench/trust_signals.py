@@ -8,7 +8,7 @@ and the level model's specific, support, unknown and salient) plus one it does n
 direction every text of a single-product scope shares: the multilingual model gives every
 Chinese text a cosine of 0.82-0.96).
 
-Each signal set is fitted as the level model is (`evaluation/levels.py`, positives: answerable
+Each signal set is fitted as the level model is (`calibration/levels.py`, positives: answerable
 questions whose first evidence answers them) and judged leave-one-scope-out on the trust scopes,
 the golden cases always in the training data, per model (English: all-MiniLM-L6-v2; Chinese:
 multilingual-e5-small). Reported: answerable right at REFERENCE or better, weak only, and
@@ -35,11 +35,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from kbflow.calibration.levels import _fit  # noqa: E402
+from kbflow.calibration.self_calibration import scope_chunks  # noqa: E402
 from kbflow.core.models import base_model_id  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 from kbflow.core.stores import query_threads  # noqa: E402
-from kbflow.evaluation.levels import _fit  # noqa: E402
-from kbflow.evaluation.self_calibration import scope_chunks  # noqa: E402
 from kbflow.evaluation.trust import load_questions, load_scopes  # noqa: E402
 from kbflow.retrieval.calibration import PACKAGED, packaged_default  # noqa: E402
 from kbflow.retrieval.lookup import get_retriever, lookup_knowledge  # noqa: E402

@@ -197,7 +197,7 @@ class LookupAuditRow(Base):
     found: Mapped[bool] = mapped_column(Boolean)
     timings_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
     result: Mapped[dict[str, Any]] = mapped_column(JSON)
-    # the owner's view (evaluation/gaps.py) reads these without parsing `result`:
+    # the owner's view (insights/gaps.py) reads these without parsing `result`:
     caller: Mapped[str | None] = mapped_column(String(64), nullable=True)  # cli, python, http:<key id>, eval
     outcome: Mapped[str | None] = mapped_column(String(8), nullable=True)  # found | weak | none
     total_ms: Mapped[float | None] = mapped_column(Float, nullable=True)

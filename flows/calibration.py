@@ -1,7 +1,7 @@
 """The gate's calibrations kept as fresh as the collections they describe.
 
 - `refresh_calibrations_task`: after a reindex, refits each scope calibration fitted before
-  its scope's collection was last built (evaluation/recalibrate.py); the reindex flow and
+  its scope's collection was last built (calibration/recalibrate.py); the reindex flow and
   `kbflow reindex` run it, so a full rebuild leaves no calibration older than itself.
 - `calibration-refresh`: the same for every scope, on a schedule (`kbflow serve-flows`,
   05:30 daily by default), for calibrations a rebuild elsewhere left behind.
@@ -17,8 +17,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed, State
 
+from kbflow.calibration.recalibrate import Refit, refresh
 from kbflow.core.settings import Settings
-from kbflow.evaluation.recalibrate import Refit, refresh
 from kbflow.flows.common import deployment_summary
 
 

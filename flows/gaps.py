@@ -11,9 +11,9 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from kbflow.core.settings import Settings
 from kbflow.core.sql import SqlStore
-from kbflow.evaluation.gaps import knowledge_gaps, model_embedder, parse_since
-from kbflow.evaluation.gaps_markdown import gaps_markdown
 from kbflow.flows.common import deployment_summary
+from kbflow.insights.gaps import knowledge_gaps, model_embedder, parse_since
+from kbflow.insights.gaps_markdown import gaps_markdown
 from kbflow.retrieval.audit import purge_expired
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

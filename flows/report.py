@@ -10,10 +10,10 @@ from typing import Any
 
 from kbflow.core.settings import Settings
 from kbflow.core.sql import SqlStore
-from kbflow.evaluation.daily import daily_series
-from kbflow.evaluation.gaps import GapsReport, knowledge_gaps, model_embedder
 from kbflow.evaluation.history import eval_history
-from kbflow.evaluation.report_html import render
+from kbflow.insights.daily import daily_series
+from kbflow.insights.gaps import GapsReport, knowledge_gaps, model_embedder
+from kbflow.insights.report_html import render
 
 
 def scope_rows(sql: SqlStore, settings: Settings) -> list[dict[str, Any]]:

@@ -24,8 +24,8 @@ def test_ingest_bench_chunks_a_corpus_like_reindex(tmp_path: Path, settings):
 
 def test_answerability_bench_scores_every_fit_on_the_real_questions(capsys):
     """bench/answerability.py's tables, on toy labelled sets (its lookups are the real ones)."""
+    from kbflow.calibration.calibrate import LabelledQuery
     from kbflow.core.embedder import DEFAULT_MODEL_ID
-    from kbflow.evaluation.calibrate import LabelledQuery
     from tests.test_calibration import labelled
 
     bench = _load("answerability")

@@ -6,10 +6,7 @@ import random
 
 import pytest
 
-from kbflow.core.embedder import DEFAULT_MODEL_ID
-from kbflow.core.settings import Settings
-from kbflow.core.stores import open_stores
-from kbflow.evaluation.calibrate import (
+from kbflow.calibration.calibrate import (
     MAX_FALSE_NO_EVIDENCE,
     LabelledQuery,
     achieved,
@@ -17,6 +14,9 @@ from kbflow.evaluation.calibrate import (
     choose_floor,
     queries_from_samples,
 )
+from kbflow.core.embedder import DEFAULT_MODEL_ID
+from kbflow.core.settings import Settings
+from kbflow.core.stores import open_stores
 from kbflow.retrieval import calibration
 from kbflow.retrieval.gate import Calibration
 

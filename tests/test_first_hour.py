@@ -127,7 +127,7 @@ def test_start_up_says_what_is_loading(tmp_path, settings, capsys):
 
 
 def test_a_missing_root_fails_before_anything_loads(tmp_path, capsys):
-    """Issue 26 item 9: the root is checked first; no store is opened, no model announced."""
+    """The root is checked first; no store is opened, no model announced."""
     home = tmp_path / "home"
     assert main(["reindex", str(tmp_path / "nowhere"), "--home", str(home)]) == 2
     err = capsys.readouterr().err
@@ -136,7 +136,7 @@ def test_a_missing_root_fails_before_anything_loads(tmp_path, capsys):
 
 
 def test_status_calls_records_a_killed_run_left_interrupted_not_errors(tmp_path, settings, stores, capsys):
-    """Issue 26 item 7: `kill -9` in the write phase leaves records `writing`; status says the
+    """`kill -9` in the write phase leaves records `writing`; status says the
     next reindex resumes them instead of counting them as errors, and the next run does."""
     from sqlalchemy import update
 
@@ -158,7 +158,7 @@ def test_status_calls_records_a_killed_run_left_interrupted_not_errors(tmp_path,
 
 
 def test_documents_that_change_root_are_told_not_silent(tmp_path, settings, stores):
-    """Issue 26 item 6: indexing a subfolder of an indexed root, the outer root again, or a
+    """Indexing a subfolder of an indexed root, the outer root again, or a
     renamed root moves records between roots; each run says so in its warnings."""
     root = tmp_path / "kb"
     for name in ("a", "b"):
@@ -185,7 +185,7 @@ def test_documents_that_change_root_are_told_not_silent(tmp_path, settings, stor
 
 
 def test_status_reads_sql_while_another_process_holds_milvus(tmp_path):
-    """Issue 26 item 5: a reindex holding the Milvus Lite file no longer blanks `kbflow status`:
+    """A reindex holding the Milvus Lite file no longer blanks `kbflow status`:
     it shows what SQL records and says who holds the file and that chunk counts wait for it."""
     from kbflow.core.settings import Settings
     from tests.conftest import run_cli

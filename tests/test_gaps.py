@@ -157,7 +157,7 @@ def test_hashed_mode_keeps_no_question_text_and_still_groups(small_home):
     assert not any(q in stored for q in asked)
     assert "vault" not in stored.lower() and "cassandra" not in stored.lower()
     assert kept and all(h and v for h, v in kept)
-    from kbflow.evaluation.gaps import knowledge_gaps, model_embedder
+    from kbflow.insights.gaps import knowledge_gaps, model_embedder
 
     report = knowledge_gaps(sql, model_embedder(settings), since=timedelta(hours=1))
     mine = [g for g in report.groups if set(g.ids) & set(ids)]
@@ -236,7 +236,7 @@ def test_rows_audited_before_kbflow_kept_embeddings_are_embedded_again(small_hom
     ]
     with sql.session() as s, s.begin():
         s.execute(LookupAuditRow.__table__.insert(), [{**old, "query": q} for q in questions])
-    from kbflow.evaluation.gaps import knowledge_gaps, model_embedder
+    from kbflow.insights.gaps import knowledge_gaps, model_embedder
 
     report = knowledge_gaps(sql, model_embedder(settings), scope="rag-eval", since=timedelta(hours=1))
     jenkins = [g for g in report.groups if "jenkins" in g.label]

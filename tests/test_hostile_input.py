@@ -1,4 +1,4 @@
-"""Hostile files, wrong names and broken pipes (issue 40): nothing a user types or drops in a
+"""Hostile files, wrong names and broken pipes: nothing a user types or drops in a
 folder takes kbflow down. Each test failed on the main this change started from."""
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def test_the_python_api_truncates_a_long_query_and_takes_exclude_as_one_source(s
 
 def test_an_evidence_key_holds_one_hash_even_for_a_url_source(settings: Settings, tmp_path: Path):
     from kbflow.core.evidence_keys import evidence_key, source_of
-    from kbflow.evaluation.gaps import doc_of
+    from kbflow.insights.gaps import doc_of
 
     url = "https://wiki.example/runbooks/disk#full-volume%20fix"
     docs = tmp_path / "kb"

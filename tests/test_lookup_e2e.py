@@ -80,8 +80,9 @@ def test_leave_out_searches_as_if_the_document_were_not_indexed(seeded):
 
 
 def test_tried_gate_signals_read_the_candidate_list(seeded):
-    """The signals calibration data carries beside cosine and coverage (evaluation/signals.py)."""
-    from kbflow.evaluation.signals import candidate_signals
+    """The signals tried beside cosine and coverage, which benchmarks add to calibration data
+    (bench/signals.py)."""
+    from bench.signals import candidate_signals
 
     query = "kafka consumer group lag growing on the pulsar cluster"
     r = lookup_knowledge(query, kb_scope="rag-eval", settings=seeded)
@@ -101,10 +102,9 @@ def test_tried_gate_signals_read_the_candidate_list(seeded):
 def test_vocabulary_signals_read_the_scope(seeded):
     """The tried signals that need the scope's document frequencies, on the real seeded scope,
     and the vocabulary of a leave-out lookup (its documents gone)."""
-    from kbflow.evaluation.self_calibration import Vocabularies
-    from kbflow.evaluation.signals import candidate_signals
+    from bench.signals import TriedSignals, candidate_signals
 
-    vocab = Vocabularies(seeded)("rag-eval")
+    vocab = TriedSignals(seeded).vocabulary("rag-eval")
     assert vocab.docs >= 10 and vocab.df["kafka"] >= 2
     assert vocab.idf("pulsar") > vocab.idf("lag") > vocab.idf("kafka") - 1e-9  # rarer weighs more
     left = vocab.without(["kafka-consumer-lag"])

@@ -323,7 +323,7 @@ def test_held_lite_file_gives_one_line_naming_the_holder(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "ready"
-        status = run_cli("status", home=home)  # status still shows what SQL records (issue 26)
+        status = run_cli("status", home=home)  # status still shows what SQL records
         assert status.returncode == 0 and f"process {holder.pid} " in status.stdout
         assert "holds the Milvus Lite file" in status.stdout
         for args in (["docs", "list"], ["forget", str(tmp_path / "gone"), "--yes"]):

@@ -1,4 +1,4 @@
-"""Operating kbflow like any other service (issue 39): the alert rules pass promtool and its unit
+"""Operating kbflow like any other service: the alert rules pass promtool and its unit
 tests, each alert's runbook is a kbflow document that answers the alert's name, and a real
 Prometheus scraping a real `kbflow serve` sees exactly the lookups, refusals and latency that
 were made — with JSON log lines a machine can read and a request id that ties them together."""

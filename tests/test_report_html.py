@@ -101,7 +101,7 @@ def test_the_last_runs_failed_documents_are_named(page):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium; scripts/chromium.sh installs it and a CJK font")
 def test_chinese_questions_get_a_font_with_chinese_glyphs(page):
-    from kbflow.evaluation.report_html import CJK_FONTS
+    from kbflow.insights.report_html import CJK_FONTS
 
     installed = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout
     named = [f for f in CJK_FONTS if f in installed]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from kbflow.calibration.self_queries import pseudo_queries
 from kbflow.core.chunk_store import ChunkRow
-from kbflow.evaluation.self_queries import pseudo_queries
 from tests.conftest import REPO, run_cli
 
 

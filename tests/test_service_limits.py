@@ -210,7 +210,7 @@ def test_kbflow_lookup_goes_through_the_running_service(service):
 
 
 def test_an_over_long_query_is_answered_truncated_on_every_path(service):
-    """One rule (issue 40): HTTP, the CLI through `serve`, and the Python API answer a query of
+    """One rule: HTTP, the CLI through `serve`, and the Python API answer a query of
     any length from its first max_query_chars characters, flagged — never 413 or 422. The
     Python API's half is in tests/test_hostile_input.py."""
     base, home = service

@@ -101,8 +101,8 @@ def test_reindex_lookup_and_audit_on_the_backend(database_url, tmp_path):
     # the owner's view reads the same rows on this backend: gaps, per-day series, the purge
     from datetime import UTC, datetime, timedelta
 
-    from kbflow.evaluation.daily import daily_series
-    from kbflow.evaluation.gaps import knowledge_gaps, model_embedder
+    from kbflow.insights.daily import daily_series
+    from kbflow.insights.gaps import knowledge_gaps, model_embedder
     from kbflow.retrieval.audit import purge_expired
 
     for q in ("vault is sealed after a restart", "how do I unseal hashicorp vault"):

@@ -13,7 +13,18 @@ PACKAGES = {
     "ingest": "kbflow.ingest",
     "retrieval": "kbflow.retrieval",
     "evaluation": "kbflow.evaluation",
+    "calibration": "kbflow.calibration",
+    "insights": "kbflow.insights",
     "flows": "kbflow.flows",
+}
+# the three read-side concerns beside the lookup: the eval closure stands alone; fitting the
+# gate (calibration) and the owner's view (insights) may use it, never each other
+FORBIDDEN = {
+    "kbflow.evaluation": {"kbflow.calibration", "kbflow.insights"},
+    "kbflow.calibration": {"kbflow.insights"},
+    "kbflow.insights": {"kbflow.calibration"},
+    "kbflow.ingest": {"kbflow.evaluation", "kbflow.calibration", "kbflow.insights"},
+    "kbflow.retrieval": {"kbflow.evaluation", "kbflow.calibration", "kbflow.insights"},
 }
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
@@ -97,12 +108,22 @@ def test_imports_go_one_way_without_cycles():
         for name, path in modules.items()
     }
     layer = {"kbflow.core": 0, "kbflow.ingest": 1, "kbflow.retrieval": 1, "kbflow.evaluation": 1,
-             "kbflow.flows": 2}
+             "kbflow.calibration": 1, "kbflow.insights": 1, "kbflow.flows": 2}
+
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
     upward = [
-        f"{a} -> {b}" for a, deps in graph.items() for b in deps
-        if layer[".".join(b.split(".")[:2])] > layer[".".join(a.split(".")[:2])]
+        f"{a} -> {b}" for a, deps in graph.items() for b in deps if layer[package(b)] > layer[package(a)]
     ]
     assert not upward, f"imports against flows -> ingest/retrieval/evaluation -> core: {upward}"
+    across = [
+        f"{a} -> {b}"
+        for a, deps in graph.items()
+        for b in deps
+        if package(b) in FORBIDDEN.get(package(a), ())
+    ]
+    assert not across, f"imports across the read-side concerns (see FORBIDDEN): {across}"
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 

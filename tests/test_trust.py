@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from kbflow.calibration.calibrate import LabelledQuery
+from kbflow.calibration.levels import LevelSample, fit_levels, leave_one_group_out, level_rates, level_samples
 from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentTermsRow, ScopeRow, ScopeTermRow, SqlStore
 from kbflow.core.vocabulary import Vocabulary, count_documents, forget_documents, read
-from kbflow.evaluation.calibrate import LabelledQuery
-from kbflow.evaluation.levels import LevelSample, fit_levels, leave_one_group_out, level_rates, level_samples
 from kbflow.evaluation.trust import (
     TRUST_CASES,
     TrustSetError,

@@ -197,7 +197,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if args.action == "calibrate" and args.refresh:
         return _refresh(args, settings)
     if args.action == "calibrate":
-        from kbflow.evaluation.calibration_data import calibrate_command
+        from kbflow.calibration.calibration_data import calibrate_command
 
         return calibrate_command(args, settings)
     if args.beir:
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 def _refresh(args: argparse.Namespace, settings: Any) -> int:
     """`kbflow eval calibrate --refresh`: 0 when every due calibration was refitted (or none was
     due), 1 when one could not be (it is kept, and status flags it)."""
-    from kbflow.evaluation.recalibrate import refresh
+    from kbflow.calibration.recalibrate import refresh
 
     refits = refresh(settings, [args.scope] if args.scope else None, stale_only=not args.scope)
     for r in refits:

@@ -93,7 +93,7 @@ def _sql(settings: Any) -> Any:
 
 def _since(text: str) -> timedelta:
     from kbflow.core.errors import InputError
-    from kbflow.evaluation.gaps import parse_since
+    from kbflow.insights.gaps import parse_since
 
     try:
         return parse_since(text)
@@ -102,9 +102,9 @@ def _since(text: str) -> timedelta:
 
 
 def gaps(args: argparse.Namespace, settings: Any) -> int:
-    from kbflow.evaluation.gaps import knowledge_gaps, model_embedder
-    from kbflow.evaluation.gaps_markdown import gaps_markdown
     from kbflow.flows.cli.gaps_view import print_gaps, progress_bar
+    from kbflow.insights.gaps import knowledge_gaps, model_embedder
+    from kbflow.insights.gaps_markdown import gaps_markdown
 
     since = _since(args.since)
     sql = _sql(settings)

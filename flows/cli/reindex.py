@@ -92,7 +92,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if args.prefect or args.task_runner == "dask":
         summary, refits = _through_prefect(args, settings)
     else:
-        from kbflow.evaluation.recalibrate import refresh
+        from kbflow.calibration.recalibrate import refresh
 
         summary = _in_process(args, settings, piped_console(stderr=True))
         # a rebuilt scope's calibration describes chunks that are gone: fitted again on its recipe
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
 
 def print_refits(refits: list[dict[str, str]]) -> None:
-    from kbflow.evaluation.recalibrate import Refit
+    from kbflow.calibration.recalibrate import Refit
 
     for r in refits:
         print(Refit(**r).line())

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kbflow.evaluation.calibrate import LabelledQuery
+from kbflow.calibration.calibrate import LabelledQuery
 from kbflow.retrieval.gate import Calibration
 from kbflow.retrieval.support import SIGNALS
 

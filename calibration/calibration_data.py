@@ -12,25 +12,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kbflow.calibration.calibrate import CalibrationResult, LabelledQuery
+from kbflow.calibration.labels import Signals, labelled_hits, own_signals, selected_hits
 from kbflow.core.settings import Settings
-from kbflow.evaluation.calibrate import CalibrationResult, LabelledQuery
-from kbflow.evaluation.signals import labelled_hits, selected_hits
 from kbflow.retrieval.gate import Calibration
 
 
-def golden_queries(settings: Settings, depth: int, cases_path: Path | None = None) -> list[LabelledQuery]:
+def golden_queries(
+    settings: Settings, depth: int, cases_path: Path | None = None, signals: Signals = own_signals
+) -> list[LabelledQuery]:
     """The golden cases of scopes whose quality comes from the dense model (not lexical): the
     packaged ones (their scopes reseeded from seed-docs/ first), or a user's own `cases_path`,
     asked of the scopes as they are indexed."""
     from kbflow.evaluation.cases import load_cases
     from kbflow.evaluation.runner import EVAL_ROOT, seed_scopes
-    from kbflow.evaluation.self_calibration import Vocabularies
     from kbflow.retrieval.lookup import lookup_knowledge
 
     cases = load_cases(cases_path or EVAL_ROOT / "cases" / "golden-cases.json")
     if cases_path is None:
         seed_scopes(settings, sorted({c.kb_scope for c in cases}))
-    vocabularies = Vocabularies(settings)
     out = []
     for case in cases:
         r = lookup_knowledge(
@@ -41,9 +41,8 @@ def golden_queries(settings: Settings, depth: int, cases_path: Path | None = Non
             continue
         kind = "answerable" if case.expected_doc_ids else (case.negative or "off")
         expected = set(case.expected_doc_ids)
-        hits = labelled_hits(
-            case.query, hits, lambda h, expected=expected: h.doc_id in expected, vocabularies(case.kb_scope)
-        )
+        relevant = lambda h, expected=expected: h.doc_id in expected  # noqa: E731
+        hits = labelled_hits(case.query, hits, relevant, case.kb_scope, signals=signals)
         model = r.retrieval_trace.models.get(case.kb_scope, "")
         out.append(LabelledQuery(case.id, "golden", kind, hits, model))
     return out
@@ -55,13 +54,12 @@ def beir_queries(
     settings: Settings,
     depth: int,
     negatives: dict[str, tuple[str, str]],
+    signals: Signals = own_signals,
 ) -> list[LabelledQuery]:
     """A BEIR dataset's judged queries (answerable) plus negatives, through the real lookup."""
     from kbflow.evaluation.beir import ingest_beir, load_beir, run_lookups
-    from kbflow.evaluation.self_calibration import Vocabularies
 
     mapping, _summary = ingest_beir(root, scope, settings)
-    vocab = Vocabularies(settings)(scope)
     _corpus, queries, qrels = load_beir(root)
     judged = {q: queries[q] for q in qrels if q in queries}
     texts = {**judged, **{q: t for q, (t, _k) in negatives.items()}}
@@ -70,9 +68,8 @@ def beir_queries(
     for qid, r in results.items():
         rel = qrels.get(qid, {})
         kind = "answerable" if qid in judged else negatives[qid][1]
-        hits = labelled_hits(
-            texts[qid], selected_hits(r), lambda h, rel=rel: mapping.get(h.doc_id, h.doc_id) in rel, vocab
-        )
+        relevant = lambda h, rel=rel: mapping.get(h.doc_id, h.doc_id) in rel  # noqa: E731
+        hits = labelled_hits(texts[qid], selected_hits(r), relevant, scope, signals=signals)
         model = r.retrieval_trace.models.get(scope, "")
         name = root.name if root.name != "beir" else root.parent.name
         out.append(LabelledQuery(qid, name, kind, hits, model))
@@ -155,8 +152,8 @@ def write_chart(results: Sequence[Fitted], path: Path, pool: int) -> None:
 def _chart_row(result: CalibrationResult, queries: Sequence[LabelledQuery], pool: int, ax1: Any, ax2: Any):
     import numpy as np
 
+    from kbflow.calibration.calibrate import query_score
     from kbflow.core.models import short_name
-    from kbflow.evaluation.calibrate import query_score
 
     cal = result.calibration
     colours = {"answerable": "tab:green", "near": "tab:orange", "off": "tab:red"}
@@ -212,7 +209,7 @@ def collect(args: Any, settings: Settings, depth: int) -> tuple[list[LabelledQue
         name = Path(args.beir).name if Path(args.beir).name != "beir" else Path(args.beir).parent.name
         sources.append(f"BEIR {name} ({len(negatives)} negatives)")
     if getattr(args, "self_pairs", False):
-        from kbflow.evaluation.self_calibration import run_pairs, self_asked
+        from kbflow.calibration.self_calibration import run_pairs, self_asked
 
         asked = self_asked(settings, args.scope, args.max_docs)
         print(f"asking {len(asked)} pseudo-queries from scope {args.scope}, with and without their "
@@ -241,7 +238,7 @@ SELF_MIN_DOCUMENTS = 2
 def calibrate_command(args: Any, settings: Settings) -> int:
     """`kbflow eval calibrate`: one calibration per model the queries were embedded with; exit 0
     when each meets the objective, 1 when one cannot, 2 on bad input."""
-    from kbflow.evaluation.calibrate import calibrate
+    from kbflow.calibration.calibrate import calibrate
 
     refused = _refusal(args, settings)
     if refused:
@@ -260,7 +257,7 @@ def calibrate_command(args: Any, settings: Settings) -> int:
         print(f"kbflow: error: --export writes one model's calibration; the queries used {names}: "
               "choose one with --model NAME", file=sys.stderr)
         return 2
-    from kbflow.evaluation.recipe import Recipe
+    from kbflow.calibration.recipe import Recipe
 
     recipe = Recipe.from_args(args)
     # exported, a calibration is a default for any scope of the model
@@ -320,8 +317,8 @@ def with_levels(
     """The result with a level model fitted on the same lookups (towards the packaged one of the
     model), when they can teach one; else the calibration borrows the packaged level model.
     `documents`: the size of the scope it is fitted for, which it then counts as seen."""
+    from kbflow.calibration.levels import fit_for
     from kbflow.core.models import base_model_id
-    from kbflow.evaluation.levels import fit_for
     from kbflow.retrieval.calibration import packaged_default
 
     cal = result.calibration
@@ -340,8 +337,8 @@ def gate_in_use(settings: Settings, scope: str, queries: Sequence[LabelledQuery]
     """What the calibration the scope's lookups use now does on its self pairs: no labels needed,
     and on the golden corpus the leave-out twins' refusal rate tracked the real near-domain one
     (README, Answerability)."""
+    from kbflow.calibration.calibrate import achieved
     from kbflow.core.stores import open_stores
-    from kbflow.evaluation.calibrate import achieved
     from kbflow.retrieval.calibration import resolve
 
     cal = resolve(open_stores(settings).sql, settings, queries[0].model_id, scope, lexical=False)
@@ -357,8 +354,8 @@ def gate_in_use(settings: Settings, scope: str, queries: Sequence[LabelledQuery]
 def _save(args: Any, settings: Settings, results: list[Fitted], pool: int) -> None:
     import json
 
+    from kbflow.calibration.recipe import Recipe
     from kbflow.core.stores import open_stores
-    from kbflow.evaluation.recipe import Recipe
     from kbflow.retrieval import calibration
 
     if args.chart:
@@ -379,7 +376,7 @@ def _save(args: Any, settings: Settings, results: list[Fitted], pool: int) -> No
     if store:
         for result, _ in results:
             cal = result.calibration
-            # the recipe lets a rebuild of the scope fit it again (evaluation/recalibrate.py)
+            # the recipe lets a rebuild of the scope fit it again (calibration/recalibrate.py)
             data = {**result.to_dict(), "recipe": Recipe.from_args(args).to_dict()}
             calibration.store(open_stores(settings).sql, cal, data)
             print(f"stored for model {cal.model_id}, scope {cal.kb_scope}: lookups there use it now")

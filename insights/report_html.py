@@ -8,9 +8,9 @@ from html import escape
 from typing import Any
 
 from kbflow.core.wording import counted
-from kbflow.evaluation.daily import Day
-from kbflow.evaluation.gaps import GapsReport
 from kbflow.evaluation.history import CHARTED
+from kbflow.insights.daily import Day
+from kbflow.insights.gaps import GapsReport
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 520, 200, 46, 12, 12, 30
 COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2")

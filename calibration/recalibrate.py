@@ -22,10 +22,10 @@ from datetime import datetime
 
 from sqlalchemy import select
 
+from kbflow.calibration.recipe import Recipe
 from kbflow.core.chunk_store import built_at
 from kbflow.core.settings import Settings
 from kbflow.core.sql import CalibrationRow, ScopeRow, SqlStore
-from kbflow.evaluation.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,9 @@ def _older(created: datetime | None, rebuilt: datetime | None) -> bool:
 def refit(settings: Settings, row: CalibrationRow) -> Refit:
     """Fit one stored calibration again on its recipe, for its model, and store it (with the
     recipe); on failure the stored one stays as it was."""
+    from kbflow.calibration.calibrate import calibrate
+    from kbflow.calibration.calibration_data import collect
     from kbflow.core.stores import open_stores
-    from kbflow.evaluation.calibrate import calibrate
-    from kbflow.evaluation.calibration_data import collect
     from kbflow.retrieval import calibration
 
     recipe_data = (row.data or {}).get("recipe")

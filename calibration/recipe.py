@@ -1,5 +1,5 @@
 """What a stored calibration was fitted on: the `kbflow eval calibrate` arguments, kept with
-it so that it can be fitted again on the same data (evaluation/recalibrate.py)."""
+it so that it can be fitted again on the same data (calibration/recalibrate.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Candidate signals tried for the gate beside its two (cosine, query-term coverage), computed
-from a lookup's candidates when calibration data is collected. None of them added separation
-on the golden corpus or CACM (`python bench/answerability.py`, README "Answerability"), so the
-lookup does not compute them; calibration data carries them, so that the next idea is measured
-the same way.
+from a lookup's candidates. None of them added separation on the golden corpus or CACM
+(`python bench/answerability.py`, docs/quality.md "Answerability"), so the lookup does not compute
+them and the product does not carry them: `TriedSignals` hands them to the calibration data a
+benchmark collects (`kbflow.calibration.labels.Signals`), so that the next idea is measured the
+same way.
 
 - `unmatched`: the share of the query's analysed terms that no candidate contains. BM25 fetches
   the chunks of the rarest terms first, so a term missing from all of them is (nearly) absent
@@ -15,8 +16,8 @@ the same way.
 - `spread`: how much more of the query the first 10 candidates cover together than this one
   does: an uncovered question finds its words scattered over several documents.
 
-With the scope's vocabulary (`vocabulary.py`, document frequencies; without the documents a
-leave-out lookup left out):
+With the scope's vocabulary (`Vocabulary` below, document frequencies built from its chunks;
+without the documents a leave-out lookup left out):
 
 - `salient`: the candidate's share of the query's salient terms, each term weighted by its
   idf in the scope (coverage that counts a rare term more than a word every document has);
@@ -30,32 +31,79 @@ leave-out lookup left out):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from kbflow.calibration.self_calibration import scope_chunks
 from kbflow.core.analysis import CJK, analyze, chunk_terms, jieba_module
-from kbflow.evaluation.vocabulary import Vocabulary
+from kbflow.core.chunk_store import ChunkRow
+from kbflow.core.settings import Settings
 from kbflow.retrieval.gate import query_terms
 from kbflow.retrieval.quality import content_terms
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    doc_terms: Mapping[str, frozenset[str]]  # document (its source) -> its analysed terms
+    df: Mapping[str, int] = field(default_factory=dict)
+    docs: int = 0
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterable[ChunkRow]) -> Vocabulary:
+        terms: dict[str, set[str]] = {}
+        for c in chunks:
+            terms.setdefault(c.source, set()).update(chunk_terms(c.title, c.breadcrumb, c.text))
+        df: Counter[str] = Counter()
+        for t in terms.values():
+            df.update(t)
+        return cls({doc: frozenset(t) for doc, t in terms.items()}, df, len(terms))
+
+    def without(self, documents: Iterable[str]) -> Vocabulary:
+        """The vocabulary of the scope with these documents (sources) left out, as `exclude`
+        leaves them out of a lookup: their terms counted off, not the scope counted again."""
+        gone = set(documents) & self.doc_terms.keys()
+        if not gone:
+            return self
+        df = Counter(self.df)
+        for doc in gone:
+            df.subtract(self.doc_terms[doc])
+        kept = {d: t for d, t in self.doc_terms.items() if d not in gone}
+        return Vocabulary(kept, +df, len(kept))  # `+` drops the terms no document has any more
+
+    def idf(self, term: str) -> float:
+        """BM25's idf (as Milvus computes it): rare terms weigh most, a term in every document
+        next to nothing, an absent term the most of all."""
+        n = self.df.get(term, 0)
+        return math.log(1.0 + (self.docs - n + 0.5) / (n + 0.5))
+
 
 ZIPF_SPAN = 6.0  # zipf 6 (one word in a thousand: "how", "怎么") is common; 0 is unseen
 SPREAD_DEPTH = 10
 BM25_K1 = 1.2  # Milvus's default
 
 
-def selected_hits(result: Any) -> list[Any]:
-    """The candidates of the attempt a lookup selected (what its gate judged)."""
-    return result.candidates.get(result.retrieval_trace.selected_attempt, [])
+class TriedSignals:
+    """A `kbflow.calibration.labels.Signals` that adds the tried signals to the lookup's own:
+    each scope's vocabulary is built once from its chunks, less what a leave-out lookup left
+    out."""
 
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._built: dict[str, Vocabulary] = {}
 
-def labelled_hits(
-    query: str, hits: Sequence[Any], relevant: Callable[[Any], bool], vocab: Vocabulary | None = None
-) -> list[tuple[dict[str, float], bool]]:
-    """Calibration data of one query: each candidate's signals (its own and the tried ones) and
-    whether it is relevant."""
-    signals = candidate_signals(query, hits, vocab)
-    return [(sig, relevant(h)) for h, sig in zip(hits, signals, strict=True)]
+    def vocabulary(self, scope: str, left_out: Sequence[str] = ()) -> Vocabulary:
+        if scope not in self._built:
+            self._built[scope] = Vocabulary.from_chunks(scope_chunks(self.settings, scope))
+        return self._built[scope].without(left_out)
+
+    def __call__(
+        self, query: str, hits: Sequence[Any], scope: str, left_out: Sequence[str] = ()
+    ) -> list[dict[str, float]]:
+        return candidate_signals(query, hits, self.vocabulary(scope, left_out))
 
 
 def candidate_signals(

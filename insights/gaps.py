@@ -2,7 +2,7 @@
 lookup audit of a time window.
 
 The lookups answered "no usable evidence" or with weak evidence only are grouped by meaning
-(their embeddings, evaluation/clustering.py) and each group is named by its salient terms; in a
+(their embeddings, insights/clustering.py) and each group is named by its salient terms; in a
 scope about one product, both read what a question asks less the terms every document has (the
 product's name says nothing about a gap). The lookups the fallback really rescued are listed
 apart, and so are the documents never returned and the most returned. Eval traffic
@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from kbflow.core.evidence_keys import source_of
 from kbflow.core.sql import DocumentRow, LookupAuditRow, ScopeRow, SqlStore
-from kbflow.evaluation.clustering import (
+from kbflow.insights.clustering import (
     DEFAULT_METHOD,
     REFERENCE_QUESTIONS,
     cluster,
@@ -357,7 +357,7 @@ def knowledge_gaps(
     center: bool = True,
 ) -> GapsReport:
     """The owner's view of one window: reads SQL only (a running `kbflow serve` may hold Milvus)."""
-    from kbflow.evaluation.usage import document_usage, rescued_lookups
+    from kbflow.insights.usage import document_usage, rescued_lookups
 
     until = now or datetime.now(UTC)
     start = until - since

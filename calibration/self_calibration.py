@@ -13,13 +13,12 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from kbflow.calibration.calibrate import LabelledQuery
+from kbflow.calibration.labels import Signals, labelled_hits, own_signals, selected_hits
+from kbflow.calibration.self_queries import pseudo_queries
 from kbflow.core.chunk_store import ChunkRow
 from kbflow.core.settings import Settings
 from kbflow.core.sql import DocumentRow
-from kbflow.evaluation.calibrate import LabelledQuery
-from kbflow.evaluation.self_queries import pseudo_queries
-from kbflow.evaluation.signals import labelled_hits, selected_hits
-from kbflow.evaluation.vocabulary import Vocabulary
 
 LEFT_OUT = ":left-out"
 
@@ -51,19 +50,6 @@ def scope_chunks(settings: Settings, scope: str) -> list[ChunkRow]:
     return stores.chunks.read_docs(targets[0].alias, scope, sorted(sources))
 
 
-class Vocabularies:
-    """Each scope's vocabulary, read once per calibration run (the tried signals need it)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._built: dict[str, Vocabulary] = {}
-
-    def __call__(self, scope: str, left_out: Sequence[str] = ()) -> Vocabulary:
-        if scope not in self._built:
-            self._built[scope] = Vocabulary.from_chunks(scope_chunks(self.settings, scope))
-        return self._built[scope].without(left_out)
-
-
 def self_asked(settings: Settings, scope: str, max_docs: int) -> list[Asked]:
     return [
         Asked(q.qid, q.text, scope, (q.source,), f"self:{q.kind}")
@@ -72,14 +58,17 @@ def self_asked(settings: Settings, scope: str, max_docs: int) -> list[Asked]:
 
 
 def run_pairs(
-    asked: Sequence[Asked], settings: Settings, depth: int, with_answer: bool = True
+    asked: Sequence[Asked],
+    settings: Settings,
+    depth: int,
+    with_answer: bool = True,
+    signals: Signals = own_signals,
 ) -> list[LabelledQuery]:
     """Each query asked with its answer left out (kind `near`) and, when `with_answer`, as it is
     (kind `answerable`). Scopes whose quality is lexical (a model that cannot embed them) are
     skipped, as in the labelled calibration."""
     from kbflow.retrieval.lookup import lookup_knowledge
 
-    vocabularies = Vocabularies(settings)
     out: list[LabelledQuery] = []
     for a in asked:
         kinds = (("answerable", ()), ("near", a.answers)) if with_answer else (("near", a.answers),)
@@ -98,8 +87,8 @@ def run_pairs(
                 break
             qid = a.qid if kind == "answerable" else a.qid + LEFT_OUT
             model = r.retrieval_trace.models.get(a.kb_scope, "")
-            vocab = vocabularies(a.kb_scope, exclude)
-            labelled = labelled_hits(a.text, hits, lambda h, answers=a.answers: h.doc_id in answers, vocab)
+            relevant = lambda h, answers=a.answers: h.doc_id in answers  # noqa: E731
+            labelled = labelled_hits(a.text, hits, relevant, a.kb_scope, exclude, signals)
             out.append(LabelledQuery(qid, a.dataset, kind, labelled, model))
     return out
 

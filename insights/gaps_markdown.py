@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from kbflow.core.wording import counted
-from kbflow.evaluation.gaps import GapsReport
+from kbflow.insights.gaps import GapsReport
 
 
 def _cell(text: str | None) -> str:
