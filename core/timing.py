@@ -76,3 +76,15 @@ def no_cycle_collection() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@contextmanager
+def announced(what: str, expect: str) -> Iterator[None]:
+    """A one-off slow step on stderr: what it is and how long it usually takes, then how long
+    it took (a model derived on first use runs for seconds with nothing else to show)."""
+    import sys
+
+    print(f"kbflow: {what} (once; {expect}) …", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    yield
+    print(f"kbflow: … done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,11 +111,15 @@ def test_a_home_keeps_its_backend_unless_one_is_set(tmp_path):
         assert s.get(ScopeRow, "ops").model_id == model_id_for("", "onnx")  # a new home: the default
 
 
-def test_onnx_vectors_match_the_torch_model(tmp_path):
+def test_onnx_vectors_match_the_torch_model(tmp_path, capsys):
     texts = [POOL, KAFKA, "how do I rotate the TLS certificate on the gateway"]
     torch_vecs = get_embedder().encode(texts, 1)
     for backend, floor in (("onnx", 0.9999), ("onnx-int8", 0.98)):
         vecs = get_embedder("", "", 64, backend, tmp_path / "models").encode(texts, 1)
+        # the one-off export says what it does, how long it usually takes, then how long it took
+        said = capsys.readouterr().err
+        assert f"exporting the embedding model for {backend}" in said and "(once; a few seconds)" in said
+        assert re.search(r"kbflow: … done in \d+\.\d s", said), said
         assert vecs.shape == torch_vecs.shape
         assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
         assert (vecs * torch_vecs).sum(axis=1).min() >= floor, backend
