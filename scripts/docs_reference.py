@@ -6,6 +6,7 @@ the docs with nothing to remember. A page asks for one with a marker line:
 
     <!-- generated: cli -->
     <!-- generated: settings -->
+    <!-- generated: where-it-stands -->   (the README's headline table, scripts/where_it_stands.py)
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ def on_startup(**_: Any) -> None:
     jieba.setLogLevel(logging.WARNING)
 
 
-MARKERS = {"<!-- generated: cli -->": "cli", "<!-- generated: settings -->": "settings"}
+MARKERS = {
+    "<!-- generated: cli -->": "cli",
+    "<!-- generated: settings -->": "settings",
+    "<!-- generated: where-it-stands -->": "where-it-stands",
+}
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple[str, str, Any]]:
@@ -94,7 +99,19 @@ def settings_reference() -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATORS = {"cli": cli_reference, "settings": settings_reference}
+def where_it_stands() -> str:
+    """The headline quality table (scripts/where_it_stands.py), from the baseline and bench/results."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).with_name("where_it_stands.py")
+    spec = importlib.util.spec_from_file_location("where_it_stands", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.table() + "\n"
+
+
+GENERATORS = {"cli": cli_reference, "settings": settings_reference, "where-it-stands": where_it_stands}
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:

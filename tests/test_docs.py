@@ -80,6 +80,18 @@ def test_the_settings_reference_lists_every_setting_with_its_meaning(site):
     assert not missing, f"settings missing from the reference: {missing}"
 
 
+def test_the_readmes_headline_figures_are_the_committed_runs():
+    """README's "Where it stands" is generated from the baseline and bench/results: a figure
+    changed by hand, or a run committed without regenerating it, fails here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("where_it_stands", REPO / "scripts" / "where_it_stands.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    readme = module.readme_block((REPO / "README.md").read_text(encoding="utf-8"))
+    assert readme == module.table(), "README.md is stale: run python scripts/where_it_stands.py --readme"
+
+
 def reading_order() -> list[Path]:
     """The README, then the docs pages in the site's navigation order (mkdocs.yml)."""
     nav = re.findall(r"^\s*-\s*(?:[^:\n]+:\s*)?(\S+\.md)\s*$", (REPO / "mkdocs.yml").read_text(), re.M)
