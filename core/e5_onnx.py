@@ -262,7 +262,7 @@ def ensure_export(cache_root: Path, int8: bool = False) -> Path:
         root, level = logging.getLogger(), logging.getLogger().level
         what = f"deriving multilingual-e5-small for {backend} from {source.name} into {target}"
         try:
-            with announced(what, "about 10 s on two cores"), warnings.catch_warnings():
+            with announced(what, "a few seconds"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 root.setLevel(max(level, logging.ERROR))
                 export(source, target, int8)
