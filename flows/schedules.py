@@ -16,7 +16,6 @@ from typing import Any
 
 from kbflow.core.errors import InputError
 from kbflow.core.validation import InvalidValue, validate_scope
-from kbflow.ingest.sources import normalize_root
 
 SPEC_HELP = "ROOT[:SCOPE]@CRON, e.g. 'docs/:team-a@0 3 * * *' or 'seed-docs@@daily'"
 
@@ -92,6 +91,8 @@ def parse_reindex_spec(spec: str, *, must_exist: bool = True) -> ReindexSchedule
             raise ScheduleSpecError(f"--reindex {spec!r}: {exc}") from None
     if not root.strip():
         raise ScheduleSpecError(f"--reindex {spec!r}: missing ROOT; expected {SPEC_HELP}")
+    from kbflow.ingest.sources import normalize_root  # the write side's scan, only for a spec
+
     norm = normalize_root(root)
     if must_exist and not os.path.isdir(norm):
         raise ScheduleSpecError(f"--reindex {spec!r}: root {norm} is not a directory (every run would fail)")
