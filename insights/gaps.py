@@ -185,6 +185,18 @@ def read_window(
     return window
 
 
+def _embed_each(todo: dict[tuple[str, str], list[Unanswered]], embed: Embed) -> None:
+    """Embed each (model, text) once, one call per model, and give every entry waiting on it
+    the vector."""
+    by_model: dict[str, list[str]] = defaultdict(list)
+    for model, text in todo:
+        by_model[model].append(text)
+    for model, texts in by_model.items():
+        for text, vector in zip(texts, embed(model, texts), strict=True):
+            for e in todo[(model, text)]:
+                e.vector = vector
+
+
 def fill_vectors(entries: Sequence[Unanswered], scope_models: dict[str, str], embed: Embed) -> None:
     """Embed the text of rows kept without an embedding (rows written before kbflow kept them),
     once per distinct text, with the model of their scope."""
@@ -195,13 +207,7 @@ def fill_vectors(entries: Sequence[Unanswered], scope_models: dict[str, str], em
             e.model = scope_models.get(e.kb_scope or "", fallback)
             if e.model:
                 todo[(e.model, e.query)].append(e)
-    by_model: dict[str, list[str]] = defaultdict(list)
-    for model, text in todo:
-        by_model[model].append(text)
-    for model, texts in by_model.items():
-        for text, vector in zip(texts, embed(model, texts), strict=True):
-            for e in todo[(model, text)]:
-                e.vector = vector
+    _embed_each(todo, embed)
 
 
 def everywhere_by_scope(sql: SqlStore, scopes: Iterable[str]) -> dict[str, frozenset[str]]:
@@ -232,13 +238,7 @@ def retopic(
         if topic != e.query:
             e.topic, e.model = topic, model
             todo[(model, topic)].append(e)
-    by_model: dict[str, list[str]] = defaultdict(list)
-    for model, text in todo:
-        by_model[model].append(text)
-    for model, texts in by_model.items():
-        for text, vector in zip(texts, embed(model, texts), strict=True):
-            for e in todo[(model, text)]:
-                e.vector = vector
+    _embed_each(todo, embed)
 
 
 def _titles(sql: SqlStore, doc_ids: Iterable[str]) -> dict[str, str]:
