@@ -47,16 +47,19 @@ class LabelledQuery:
         return self.kind == "answerable"
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE, iterations: int = 50) -> np.ndarray:
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, ridge: float = RIDGE, iterations: int = 50, prior: np.ndarray | None = None
+) -> np.ndarray:
     """Weights (bias first) by Newton's method (IRLS) with a small ridge for stability when the
-    classes separate."""
+    classes separate; the ridge pulls towards `prior` (zero when None), never the bias."""
     xb = np.hstack([np.ones((len(x), 1)), x])
-    w = np.zeros(xb.shape[1])
+    centre = np.zeros(xb.shape[1]) if prior is None else prior.astype(float)
+    w = centre.copy()
     penalty = ridge * np.eye(xb.shape[1])
     penalty[0, 0] = 0.0
     for _ in range(iterations):
         p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -60, 60)))
-        grad = xb.T @ (p - y) + penalty @ w
+        grad = xb.T @ (p - y) + penalty @ (w - centre)
         hess = (xb * (p * (1 - p))[:, None]).T @ xb + penalty
         step = np.linalg.solve(hess, grad)
         w -= step

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kbflow.calibration.calibrate import LabelledQuery
+from kbflow.calibration.calibrate import LabelledQuery, fit_logistic
 from kbflow.retrieval.gate import Calibration
 from kbflow.retrieval.support import SIGNALS
 
@@ -66,25 +66,6 @@ def level_samples(queries: Sequence[LabelledQuery], cal: Calibration) -> list[Le
     return out
 
 
-def _fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray | None, ridge: float, steps: int = 60) -> np.ndarray:
-    """Logistic weights (bias first) by Newton's method, the penalty pulling towards `prior`
-    (zero when None); the bias is not pulled."""
-    xb = np.hstack([np.ones((len(x), 1)), x])
-    centre = np.zeros(xb.shape[1]) if prior is None else prior.astype(float)
-    w = centre.copy()
-    penalty = ridge * np.eye(xb.shape[1])
-    penalty[0, 0] = 0.0
-    for _ in range(steps):
-        p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -60, 60)))
-        grad = xb.T @ (p - y) + penalty @ (w - centre)
-        hess = (xb * (p * (1 - p))[:, None]).T @ xb + penalty
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.max(np.abs(step)) < 1e-8:
-            break
-    return w
-
-
 def fit_levels(
     samples: Sequence[LevelSample], source: str, prior: Mapping[str, float] | None = None
 ) -> dict[str, Any]:
@@ -102,7 +83,7 @@ def fit_levels(
     centre = None
     if prior is not None:
         centre = np.array([prior.get("bias", 0.0), *(prior.get(k, 0.0) for k in INPUTS)])
-    w = _fit(x, y, centre, RIDGE_ZERO if prior is None else RIDGE_PRIOR)
+    w = fit_logistic(x, y, RIDGE_ZERO if prior is None else RIDGE_PRIOR, iterations=60, prior=centre)
     weights = {"bias": round(float(w[0]), 4)}
     weights.update({k: round(float(v), 4) for k, v in zip(INPUTS, w[1:], strict=True)})
     return {"weights": weights, "reference": REFERENCE, "precise": PRECISE, "source": source}
