@@ -72,10 +72,9 @@ def lite_server(home: Path) -> Iterator[tuple[int, dict[str, str]]]:
     reindex's memory and Milvus's are measured apart: (its pid, the settings to reach it)."""
     from kbflow.flows.serve import start_milvus_lite_server
 
-    token = "scale-bench"
-    proc, uri = start_milvus_lite_server(str(home / "milvus.db"), token)
+    proc, uri = start_milvus_lite_server(str(home / "milvus.db"))
     try:
-        yield proc.pid, {"KBFLOW_MILVUS_URI": uri, "KBFLOW_MILVUS_TOKEN": token}
+        yield proc.pid, {"KBFLOW_MILVUS_URI": uri}
     finally:
         proc.terminate()
         proc.wait(120)
@@ -139,7 +138,45 @@ def lookups(home: Path, words: list[str]) -> dict[str, float]:
             retriever.lookup(q, kb_scope="scale", mode=mode)
             times.append((time.perf_counter() - started) * 1000)
         out[f"{mode}_p50_ms"], out[f"{mode}_p95_ms"] = round(pct(times, 50), 1), round(pct(times, 95), 1)
+    out.update(dense_recall(retriever, words))
     return out
+
+
+NPROBES = (8, 16, 32, 64)
+
+
+def dense_recall(retriever, words: list[str], k: int = 10) -> dict:
+    """The dense leg's recall@k against exact search over the same stored vectors (numpy), for
+    the nprobe kbflow uses and beside it (an IVF index that loses recall is no win)."""
+    import numpy as np
+
+    from kbflow.core import milvus_store as ms
+
+    stores = retriever.stores
+    alias = ms.alias_for(stores.settings.collection_prefix, "scale")
+    target = stores.chunks.alias_target(alias)
+    ids, vecs = [], []
+    it = stores.milvus.query_iterator(target, batch_size=5000, filter='kb_scope == "scale"',
+                                      output_fields=["id", "dense"])
+    while batch := it.next():
+        ids.extend(r["id"] for r in batch)
+        vecs.append(np.asarray([r["dense"] for r in batch], dtype=np.float32))
+    it.close()
+    data = np.concatenate(vecs)
+    qv = stores.embedder.encode(queries(words), query=True)
+    exact = [set(np.asarray(ids)[np.argsort(((data - q) ** 2).sum(axis=1))[:k]]) for q in qv]
+    out, used = {}, ms.LITE_NPROBE
+    for nprobe in NPROBES if stores.chunks.lite else (used,):
+        ms.LITE_NPROBE = nprobe
+        times, hits = [], 0
+        for q, truth in zip(qv, exact, strict=True):
+            started = time.perf_counter()
+            got = stores.chunks.search(target, q.tolist(), scope="scale", limit=k)
+            times.append((time.perf_counter() - started) * 1000)
+            hits += len({row.id for row, _ in got} & truth)
+        out[str(nprobe)] = {"recall": round(hits / (k * len(qv)), 3), "p50_ms": round(pct(times, 50), 1)}
+    ms.LITE_NPROBE = used
+    return {"dense_recall_at_10": out[str(used)]["recall"], "recall_by_nprobe": out}
 
 
 def serve_run(home: Path, words: list[str]) -> dict[str, float]:
@@ -195,9 +232,11 @@ def _wait_healthy(port: int, proc: subprocess.Popen, started: float) -> float:
 
 def raw_milvus(path: Path, n: int) -> dict[str, float]:
     """The floor beside kbflow's figures: a client alone on a fresh Milvus Lite file, the same
-    number of 384-d vectors under the same HNSW index, inserted in 1,000s, then 60 searches."""
+    number of 384-d vectors under the same index, inserted in 1,000s, then 60 searches."""
     import numpy as np
 
+    from kbflow.core import milvus_store as ms
+    from kbflow.core.alias_book import has_native_aliases
     from kbflow.core.milvus_store import create_vector_only_collection, open_client
 
     client = open_client(str(path))
@@ -211,7 +250,7 @@ def raw_milvus(path: Path, n: int) -> dict[str, float]:
     client.flush("raw")
     insert = time.perf_counter() - started
     client.load_collection("raw")
-    params = {"metric_type": "L2", "params": {"ef": 64}}
+    params = ms.dense_params(not has_native_aliases(client), 10)
     times = []
     for q in rng.standard_normal((61, DIM)).astype(np.float32):
         t = time.perf_counter()

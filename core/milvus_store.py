@@ -9,15 +9,13 @@ Every row still carries `kb_scope` and every search filters on it.
 
 from __future__ import annotations
 
-import ipaddress
-import logging
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 from pymilvus import AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker
 
+from kbflow.core import lite_engine
+from kbflow.core.alias_book import BOOK, AliasBook, has_native_aliases
 from kbflow.core.chunk_store import (  # noqa: F401  (the limits are the schema's, re-exported)
     FIELD_MAX_BYTES,
     SCALAR_FIELDS,
@@ -29,11 +27,32 @@ from kbflow.core.chunk_store import (  # noqa: F401  (the limits are the schema'
     alias_for,
     new_physical_name,
 )
-from kbflow.core.errors import StoreError
+from kbflow.core.milvus_connect import (  # noqa: F401  (re-exported: callers open stores through here)
+    LITE_GRPC_OPTIONS,
+    StoreUnavailable,
+    grpc_options,
+    is_lite_file,
+    lock_holder,
+    open_client,
+)
 from kbflow.core.validation import doc_key, eq, in_list, not_in_list, validate_category, validate_scope
 
 QUERY_BATCH = 1000
+# HNSW on a Milvus server. Milvus Lite 2.5 refuses HNSW ("local mode only support FLAT IVF_FLAT
+# AUTOINDEX"); IVF_FLAT there, with nlist and nprobe chosen by recall@10 against exact search
+# (bench/scale.py, docs/sizing.md).
 DENSE_INDEX = {"index_type": "HNSW", "metric_type": "L2", "params": {"M": 16, "efConstruction": 200}}
+LITE_DENSE_INDEX = {"index_type": "IVF_FLAT", "metric_type": "L2", "params": {"nlist": 128}}
+LITE_NPROBE = 32
+# Said, not left to the engine: Milvus defaults k1 to 1.2, Milvus Lite 3.x used 1.5, and kbflow's
+# golden figures and calibrations were measured with 1.5.
+BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}
+
+
+def dense_params(lite: bool, limit: int) -> dict[str, Any]:
+    if lite:
+        return {"metric_type": "L2", "params": {"nprobe": LITE_NPROBE}}
+    return {"metric_type": "L2", "params": {"ef": max(64, limit * 2)}}
 
 # Parameters accepted by both Milvus Lite and a Milvus server (checked on Lite 3.2.2; the
 # server's standard tokenizer does not lowercase unless told to).
@@ -41,103 +60,6 @@ ANALYZERS: dict[str, dict[str, Any]] = {
     "standard": {"tokenizer": "standard", "filter": ["lowercase"]},
     "jieba": {"tokenizer": "jieba", "filter": ["lowercase"]},
 }
-
-
-class StoreUnavailable(StoreError, RuntimeError):
-    """The Milvus store could not be opened; the message says why and what to do. `held` is
-    True when another process holds the Milvus Lite file; `holder` is its (pid, command line)
-    when /proc/locks could tell."""
-
-    def __init__(self, message: str, *, held: bool = False, holder: tuple[int, str] | None = None) -> None:
-        super().__init__(message)
-        self.held, self.holder = held, holder
-
-
-def lock_holder(data_dir: str) -> tuple[int, str] | None:
-    """(pid, command line) of the process holding a Milvus Lite data dir's lock, from
-    /proc/locks (Linux); None when it cannot be told."""
-    try:
-        st = os.stat(os.path.join(data_dir, "LOCK"))
-        with open("/proc/locks", encoding="ascii") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(st.st_ino):
-            pid = int(parts[4])
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                cmd = "?"
-            return pid, cmd
-    return None
-
-
-# pymilvus pings every 10 s, even between calls; Milvus Lite's gRPC server keeps gRPC's default
-# policy (a ping at most every 5 minutes), so after a pause of ~30 s it answers GOAWAY
-# "too_many_pings" and grpc prints it on stderr. Loopback needs no keepalive: ping as it allows.
-LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 300_000, "grpc.keepalive_permit_without_calls": False}
-_REMOTE = ("http://", "https://", "tcp://", "grpc://")
-
-
-def grpc_options(uri: str) -> dict[str, Any]:
-    """The keepalive that Milvus Lite (a file, or `kbflow serve`'s loopback child) accepts; a
-    Milvus server on another host keeps pymilvus's defaults."""
-    if not uri.startswith(_REMOTE):
-        return LITE_GRPC_OPTIONS
-    host = urlparse(uri).hostname or ""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    return LITE_GRPC_OPTIONS if loopback else {}
-
-
-def open_client(uri: str, token: str = "", database: str = "") -> MilvusClient:
-    """A client on `database` (empty: the server's default), which is created when absent: one
-    Milvus server can then hold several kbflow installations, each in a database of its own."""
-    client = _connect(uri, token)
-    if database:
-        try:
-            if database not in client.list_databases():
-                client.create_database(database)
-            client.use_database(database)
-        except Exception as exc:  # a server without the privilege, or without databases
-            raise StoreUnavailable(
-                f"cannot use Milvus database '{database}' at {uri}: {exc}. Create it (an admin:"
-                " `create_database`) or leave KBFLOW_MILVUS_DATABASE empty for the default one."
-            ) from exc
-    return client
-
-
-def _connect(uri: str, token: str) -> MilvusClient:
-    if not uri.startswith(_REMOTE):
-        # Milvus Lite serves in-process and logs every RPC it does not implement (e.g. the
-        # AllocTimestamp that index creation probes first) as an error; none of them matter.
-        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
-    kwargs: dict[str, Any] = {"uri": uri, "grpc_options": grpc_options(uri)}
-    if token:
-        kwargs["token"] = token
-    try:
-        return MilvusClient(**kwargs)
-    except Exception as exc:  # pymilvus raises several unrelated types here
-        text = str(exc)
-        hint, holder = "", None
-        held = "lock" in text.lower() or "Open local milvus failed" in text
-        if held:
-            holder = lock_holder(uri)
-            who = f"process {holder[0]} ({holder[1][:120]})" if holder else "another process"
-            hint = (
-                f" The Milvus Lite file {uri} is held by {who} (one process at a time):"
-                " stop that process, or run `kbflow serve` to own the file (other kbflow commands"
-                " then reach it through the endpoint it announces), or set KBFLOW_MILVUS_URI to a"
-                " Milvus server."
-            )
-        raise StoreUnavailable(
-            f"cannot open Milvus at {uri}: {text}.{hint}", held=held, holder=holder
-        ) from exc
 
 
 def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
@@ -173,11 +95,19 @@ def build_schema(client: MilvusClient, dim: int, analyzer: str) -> Any:
     return schema
 
 
-def create_collection(client: MilvusClient, name: str, dim: int, analyzer: str) -> None:
+def create_collection(
+    client: MilvusClient, name: str, dim: int, analyzer: str, lite: bool | None = None
+) -> None:
+    """The engine's index (`lite`: Milvus Lite, asked of the engine when not given). On Milvus
+    Lite, Strong consistency: a lookup right after a reindex sees what it wrote (the one engine
+    process makes that cheap); a server keeps its default."""
+    if lite is None:
+        lite = not has_native_aliases(client)
     index = client.prepare_index_params()
-    index.add_index("dense", **DENSE_INDEX)
-    index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-    client.create_collection(name, schema=build_schema(client, dim, analyzer), index_params=index)
+    index.add_index("dense", **(LITE_DENSE_INDEX if lite else DENSE_INDEX))
+    index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25", params=BM25_PARAMS)
+    extra = {"consistency_level": "Strong"} if lite else {}
+    client.create_collection(name, schema=build_schema(client, dim, analyzer), index_params=index, **extra)
 
 
 def alias_target(client: MilvusClient, alias: str) -> str | None:
@@ -286,65 +216,97 @@ def _scored(res: list) -> Scored:
 
 
 class MilvusChunkStore:
-    """`ChunkStore` on a Milvus client (Milvus Lite file or server): the only code that talks
-    to pymilvus about chunks."""
+    """`ChunkStore` on a Milvus client (Milvus Lite or a server): the only code that talks to
+    pymilvus about chunks. On an engine without aliases (Milvus Lite) kbflow keeps them in an
+    `AliasBook`, and every name a caller passes is resolved through it."""
 
-    def __init__(self, client: MilvusClient) -> None:
+    def __init__(self, client: MilvusClient, lite_db: str | None = None) -> None:
         self.client = client
+        self.lite_db = lite_db  # the file whose engine this process started, if any
+        self.book = None if has_native_aliases(client) else AliasBook(client)
+
+    @property
+    def lite(self) -> bool:
+        """Milvus Lite's engine (no aliases, no HNSW)."""
+        return self.book is not None
+
+    def _name(self, name: str) -> str:
+        """A physical collection's name for an alias (a physical name is returned as is)."""
+        if self.book is None or "__" in name or name == BOOK:
+            return name
+        return self.book.target(name) or name
 
     def collections(self) -> list[str]:
-        return list(self.client.list_collections())
+        return [c for c in self.client.list_collections() if c != BOOK]
 
     def create_collection(self, name: str, dim: int, analyzer: str) -> None:
-        create_collection(self.client, name, dim, analyzer)
+        create_collection(self.client, name, dim, analyzer, lite=self.lite)
 
     def drop_collection(self, name: str) -> None:
+        if self.book is not None and name in self.book.pointed_to():
+            raise RuntimeError(f"collection {name} still has an alias")
         self.client.drop_collection(name)
 
     def alias_target(self, alias: str) -> str | None:
-        return alias_target(self.client, alias)
+        if self.book is None:
+            return alias_target(self.client, alias)
+        target = self.book.target(alias)
+        return target if target is not None and self.client.has_collection(target) else None
 
     def point_alias(self, alias: str, physical: str) -> None:
-        point_alias(self.client, alias, physical)
+        if self.book is None:
+            point_alias(self.client, alias, physical)
+        else:
+            self.book.point(alias, physical)
 
     def drop_alias(self, alias: str) -> None:
-        self.client.drop_alias(alias)
+        if self.book is None:
+            self.client.drop_alias(alias)
+        else:
+            self.book.drop(alias)
 
     def drop_unaliased(self, alias: str, target: str | None = None) -> list[str]:
-        return drop_unaliased(self.client, alias, target)
+        if self.book is None:
+            return drop_unaliased(self.client, alias, target)
+        keep = target or self.book.target(alias)
+        dropped = [n for n in self.collections() if n.startswith(alias + "__") and n != keep]
+        for name in dropped:
+            self.client.drop_collection(name)
+        return dropped
 
     def source_capacity(self, collection: str) -> int:
-        return source_capacity(self.client, collection)
+        return source_capacity(self.client, self._name(collection))
 
     def load(self, collection: str) -> None:
-        self.client.load_collection(collection)
+        self.client.load_collection(self._name(collection))
 
     def flush(self, collection: str) -> None:
-        self.client.flush(collection)
+        self.client.flush(self._name(collection))
 
     def upsert(self, collection: str, rows: Sequence[ChunkRow]) -> int:
-        return upsert_rows(self.client, collection, [r.to_store() for r in rows])
+        return upsert_rows(self.client, self._name(collection), [r.to_store() for r in rows])
 
     def delete_docs(self, collection: str, scope: str, sources: Sequence[str]) -> None:
-        delete_docs(self.client, collection, scope, sources)
+        delete_docs(self.client, self._name(collection), scope, sources)
 
     def delete_chunks_from(self, collection: str, scope: str, doc_id: str, first: int) -> None:
-        delete_chunks_from(self.client, collection, scope, doc_id, first)
+        delete_chunks_from(self.client, self._name(collection), scope, doc_id, first)
 
     def read_docs(self, collection: str, scope: str, doc_ids: Sequence[str]) -> list[ChunkRow]:
-        return [ChunkRow.from_store(r) for r in read_doc_rows(self.client, collection, scope, doc_ids)]
+        rows = read_doc_rows(self.client, self._name(collection), scope, doc_ids)
+        return [ChunkRow.from_store(r) for r in rows]
 
     def count(self, collection: str, scope: str) -> int:
-        return count_rows(self.client, collection, scope)
+        return count_rows(self.client, self._name(collection), scope)
 
     def search(
         self, collection: str, vector: Sequence[float], *, scope: str, limit: int,
         category: str | None = None, exclude: Sequence[str] = (),
     ) -> Scored:
-        params = {"metric_type": "L2", "params": {"ef": max(64, limit * 2)}}
         res = self.client.search(
-            collection, data=[list(vector)], anns_field="dense", limit=limit,
-            filter=search_filter(scope, category, exclude), output_fields=HIT_FIELDS, search_params=params,
+            self._name(collection), data=[list(vector)], anns_field="dense", limit=limit,
+            filter=search_filter(scope, category, exclude), output_fields=HIT_FIELDS,
+            search_params=dense_params(self.lite, limit),
         )[0]
         return _scored(res)
 
@@ -353,7 +315,7 @@ class MilvusChunkStore:
         exclude: Sequence[str] = (),
     ) -> Scored:
         res = self.client.search(
-            collection, data=[text], anns_field="sparse", limit=limit,
+            self._name(collection), data=[text], anns_field="sparse", limit=limit,
             filter=search_filter(scope, category, exclude), output_fields=HIT_FIELDS,
             search_params={"metric_type": "BM25"},
         )[0]
@@ -364,18 +326,20 @@ class MilvusChunkStore:
     ) -> Scored:
         """Both legs fused by the store itself (RRF): the plain baseline kbflow is measured against."""
         expr = search_filter(scope)
-        dense = {"metric_type": "L2", "params": {"ef": max(64, limit * 2)}}
         reqs = [
-            AnnSearchRequest(data=[list(vector)], anns_field="dense", limit=limit, expr=expr, param=dense),
+            AnnSearchRequest(data=[list(vector)], anns_field="dense", limit=limit, expr=expr,
+                             param=dense_params(self.lite, limit)),
             AnnSearchRequest(data=[text], anns_field="sparse", limit=limit, expr=expr,
                              param={"metric_type": "BM25"}),
         ]
-        res = self.client.hybrid_search(collection, reqs, RRFRanker(rrf_k), limit=limit,
+        res = self.client.hybrid_search(self._name(collection), reqs, RRFRanker(rrf_k), limit=limit,
                                         output_fields=SCALAR_FIELDS)[0]
         return _scored(res)
 
     def close(self) -> None:
         self.client.close()
+        if self.lite_db is not None:
+            lite_engine.release(self.lite_db)
 
 
 def create_vector_only_collection(client: MilvusClient, name: str, dim: int) -> None:
@@ -385,5 +349,6 @@ def create_vector_only_collection(client: MilvusClient, name: str, dim: int) -> 
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
     index = client.prepare_index_params()
-    index.add_index("dense", **DENSE_INDEX)
+    lite = not has_native_aliases(client)
+    index.add_index("dense", **(LITE_DENSE_INDEX if lite else DENSE_INDEX))
     client.create_collection(name, schema=schema, index_params=index)

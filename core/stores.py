@@ -19,7 +19,7 @@ from kbflow.core.embedder import (
     model_id_for,
     split_model_id,
 )
-from kbflow.core.milvus_store import MilvusChunkStore, open_client
+from kbflow.core.milvus_store import MilvusChunkStore, is_lite_file, open_client
 from kbflow.core.models import ModelChoice
 from kbflow.core.settings import Settings
 from kbflow.core.sql import ScopeRow, SqlStore
@@ -113,7 +113,8 @@ def with_announced_endpoint(settings: Settings) -> Settings:
 def open_stores(settings: Settings) -> Stores:
     """Shared per (milvus uri, database url): a Milvus Lite file may be opened once per process."""
     settings = with_announced_endpoint(settings)
-    key = (settings.resolved_milvus_uri, settings.milvus_database, settings.resolved_database_url)
+    uri = settings.resolved_milvus_uri
+    key = (uri, settings.milvus_database, settings.resolved_database_url)
     with _lock:
         stores = _open.get(key)
         if stores is None:
@@ -122,9 +123,8 @@ def open_stores(settings: Settings) -> Stores:
             stores = Stores(
                 settings=settings,
                 sql=SqlStore(settings.resolved_database_url),
-                chunks=MilvusChunkStore(
-                    open_client(settings.resolved_milvus_uri, settings.milvus_token, settings.milvus_database)
-                ),
+                chunks=MilvusChunkStore(open_client(uri, settings.milvus_token, settings.milvus_database),
+                                        lite_db=uri if is_lite_file(uri) else None),
             )
             _open[key] = stores
         elif stores.settings is not settings:

@@ -1,8 +1,8 @@
 """`kbflow serve`: the HTTP lookup service, and the one owner of an embedded Milvus Lite file.
 
 A Milvus Lite file can be opened by one process only. With the embedded default, `serve`
-starts Milvus Lite's gRPC server on a free loopback port as its child, reaches it as a client
-like any Milvus, and announces the endpoint in `<home>/serve.json`; other kbflow commands on
+starts Milvus Lite's engine as its child on a unix socket only its user can reach, reaches it
+as a client like any Milvus, and announces the endpoint in `<home>/serve.json`; other kbflow commands on
 the same home (reindex, status, eval) find the announcement and use the endpoint instead of the
 file. The announcement is removed when the service stops.
 """
@@ -16,11 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kbflow.core import lite_engine
 from kbflow.core.announce import ENDPOINT_FILE, announced_endpoint
 from kbflow.core.errors import InputError, StoreError
 from kbflow.core.settings import Settings
@@ -48,55 +48,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"Milvus Lite server exited with code {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"Milvus Lite server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """Linux: a pre-exec hook that has the Milvus Lite child sent SIGTERM when its parent dies,
-    even by SIGKILL, so no orphan keeps the data file locked. libc is resolved here, in the
-    parent: between fork and exec the child only makes the one system call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def start_milvus_lite_server(data_dir: str, token: str) -> tuple[subprocess.Popen, str]:
-    """Milvus Lite's gRPC server for `data_dir` on a free loopback port, answering only calls
-    that carry `token`: (process, uri)."""
-    from kbflow.core.lite_server import TOKEN_ENV
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kbflow.core.lite_server", "--data-dir", data_dir, "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, TOKEN_ENV: token},
-        preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
-    )
-    try:
-        wait_for_port(port, proc=proc)
-    except RuntimeError as exc:
-        err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
-        proc.kill()
-        hint = " (is another process holding the file?)" if "lock" in err.lower() else ""
-        raise RuntimeError(f"{exc}{hint}: {err.strip().splitlines()[-1] if err.strip() else ''}") from None
-    return proc, f"http://127.0.0.1:{port}"
+def start_milvus_lite_server(db: str) -> tuple[subprocess.Popen, str]:
+    """Milvus Lite's engine for the file `db` on a free loopback port, without access control:
+    a stand-in Milvus server for tests and benchmarks, (process, uri). `kbflow serve` itself
+    reaches its engine on an owner-only socket instead."""
+    child = lite_engine.serve_tcp(Path(db), free_port())
+    return child.proc, child.uri
 
 
 def write_private(path: Path, data: dict) -> None:
@@ -109,29 +66,21 @@ def write_private(path: Path, data: dict) -> None:
 
 
 def _own_lite_file(settings: Settings) -> tuple[Settings, dict, Callable[[], None]]:
-    """Start the token-guarded Milvus Lite server for the home's file: (settings that reach it,
-    what to announce about it, how to stop it). RuntimeError says why it could not start."""
-    token = secrets.token_urlsafe(32)
-    child, milvus_uri = start_milvus_lite_server(settings.resolved_milvus_uri, token)
-
-    def stop() -> None:
-        child.terminate()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-
-    note = {
-        "milvus_uri": milvus_uri,
-        "milvus_token": token,
-        "data_dir": str(Path(settings.resolved_milvus_uri).resolve()),
-    }
+    """Start Milvus Lite's engine for the home's file on a socket only this user can reach:
+    (settings that reach it, what to announce about it, how to stop it). RuntimeError says why
+    it could not start."""
+    db = settings.resolved_milvus_uri
+    try:
+        milvus_uri = lite_engine.lite_uri(db)
+    except lite_engine.LiteUnavailable as exc:
+        raise RuntimeError(str(exc)) from exc
+    note = {"milvus_uri": milvus_uri, "milvus_token": "", "data_dir": str(Path(db).resolve())}
     print(
-        f"kbflow serve: owns {settings.resolved_milvus_uri} (Milvus Lite at {milvus_uri}, token-guarded) "
-        f"for {settings.home}; other kbflow commands on this home use it",
+        f"kbflow serve: owns {db} (Milvus Lite at {milvus_uri}, owner-only) for {settings.home};"
+        " other kbflow commands on this home use it",
         file=sys.stderr,
     )
-    return settings.model_copy(update={"milvus_uri": milvus_uri, "milvus_token": token}), note, stop
+    return settings.model_copy(update={"milvus_uri": milvus_uri}), note, lambda: lite_engine.release(db)
 
 
 def serve(settings: Settings, host: str, port: int) -> int:

@@ -51,7 +51,8 @@ def test_every_bad_file_reported_and_good_ones_indexed(tmp_path, settings, store
     assert summary.added == 1 and summary.unchanged == 1 and summary.removed == 0
 
     alias = ms.alias_for(settings.collection_prefix, "s1")
-    stored = stores.milvus.query(alias, filter=eq("kb_scope", "s1"), output_fields=["doc_id", "text"])
+    target = stores.chunks.alias_target(alias)
+    stored = stores.milvus.query(target, filter=eq("kb_scope", "s1"), output_fields=["doc_id", "text"])
     by_doc = {r["doc_id"]: r["text"] for r in stored}
     assert set(by_doc) == {"good-doc", "keeper", "new-doc"}
     assert "Indexed before." in by_doc["keeper"]  # nothing already indexed is lost

@@ -18,8 +18,9 @@ from tests.conftest import write_doc
 def vectors(settings: Settings, scope: str) -> dict[str, np.ndarray]:
     stores = open_stores(settings)
     alias = ms.alias_for(settings.collection_prefix, scope)
-    stores.milvus.load_collection(alias)
-    rows = stores.milvus.query(alias, filter=eq("kb_scope", scope), output_fields=["id", "dense", "text"])
+    stores.chunks.load(alias)
+    target = stores.chunks.alias_target(alias)
+    rows = stores.milvus.query(target, filter=eq("kb_scope", scope), output_fields=["id", "dense", "text"])
     return {r["id"]: (np.asarray(r["dense"], dtype=np.float32), r["text"]) for r in rows}
 
 

@@ -55,7 +55,7 @@ _counter = itertools.count()
 
 @pytest.fixture(scope="module")
 def grpc_uri(tmp_path_factory):
-    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("prop-server") / "data"), "prop-token")
+    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("prop-server") / "data.db"))
     yield uri
     proc.terminate()
     proc.wait(30)

@@ -196,7 +196,7 @@ def test_status_reads_sql_while_another_process_holds_milvus(tmp_path):
         write_doc(docs, f"{name}.md", source=name, scope="s", body=f"# {name}\n\n## X\n\nPage {name}.\n")
     assert run_cli("reindex", str(docs), home=settings.home).returncode == 0
     hold = (
-        "import sys, time; from pymilvus import MilvusClient; c = MilvusClient(uri=sys.argv[1]); "
+        "import sys, time; from kbflow.core.milvus_store import open_client; c = open_client(sys.argv[1]); "
         "c.list_collections(); print('holding', flush=True); time.sleep(120)"
     )
     holder = subprocess.Popen(
@@ -219,9 +219,11 @@ def test_status_reads_sql_while_another_process_holds_milvus(tmp_path):
 PAUSE = (
     "import json, sys, time\n"
     "from pymilvus import MilvusClient\n"
+    "from kbflow.core.lite_engine import lite_uri\n"
     "from kbflow.core.milvus_store import grpc_options\n"
-    "options = {**grpc_options(sys.argv[1]), **json.loads(sys.argv[2])}\n"
-    "c = MilvusClient(uri=sys.argv[1], grpc_options=options)\n"
+    "uri = lite_uri(sys.argv[1])\n"
+    "options = {**grpc_options(uri), **json.loads(sys.argv[2])}\n"
+    "c = MilvusClient(uri=uri, grpc_options=options)\n"
     "c.create_collection('pause', dimension=4)\n"
     "c.insert('pause', [{'id': 1, 'vector': [0.1, 0.2, 0.3, 0.4]}])\n"
     "time.sleep(float(sys.argv[3]))\n"

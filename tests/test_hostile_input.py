@@ -338,9 +338,11 @@ EVERY_COMMAND = {
     "serve": ["serve", "--port", "{port}"],
     "serve-flows": ["serve-flows", "--dry-run"],
     "db": ["db", "current"],
+    "store": ["store", "migrate"],
     "config show": ["config", "show"],
 }
-NO_DATABASE = {"eval", "serve-flows", "config show"}  # they never open the SQL database
+# they never open the SQL database (store migrate: not on a home with nothing to migrate)
+NO_DATABASE = {"eval", "serve-flows", "config show", "store"}
 # the documented exit of each as called above, when nothing goes wrong (default 0)
 USUAL_EXIT = {"forget": {1},  # nothing is indexed from a root that never was
               "eval": {0, 1}}  # exit 1 when a frozen case fails (some dense cases do, by design)

@@ -224,12 +224,12 @@ def test_killed_run_leaves_the_index_intact_and_the_next_run_converges(tmp_path,
     stores = open_stores(settings)
     alias = ms.alias_for(settings.collection_prefix, "ops")
 
-    assert ms.alias_target(stores.milvus, alias) == served  # the alias never moved
+    assert stores.chunks.alias_target(alias) == served  # the alias never moved
     leftover = [c for c in collections_of(stores, alias) if c != served]
     assert len(leftover) == 1  # the killed run's half-built collection
     assert served_revision(settings) == {"revision one"}  # the old text is still served
-    stores.milvus.load_collection(alias)
-    rows = stores.milvus.query(alias, filter='kb_scope == "ops"', output_fields=["doc_id", "text"])
+    stores.milvus.load_collection(served)
+    rows = stores.milvus.query(served, filter='kb_scope == "ops"', output_fields=["doc_id", "text"])
     assert {r["doc_id"] for r in rows} == set(OPS_TOPICS)  # whole: every document
     assert all("revision one" in r["text"] for r in rows)
 
@@ -238,7 +238,7 @@ def test_killed_run_leaves_the_index_intact_and_the_next_run_converges(tmp_path,
     rebuilt = again.scopes["ops"].physical_collection
     assert rebuilt not in (served, *leftover)
     assert collections_of(stores, alias) == [rebuilt]  # the leftover is gone, and the old one
-    assert ms.alias_target(stores.milvus, alias) == rebuilt
+    assert stores.chunks.alias_target(alias) == rebuilt
     assert served_revision(settings) == {"revision two"}
     assert ScopeLocks(stores.sql).holders() == []
 

@@ -81,8 +81,9 @@ def kb_json(capsys, settings, *args: str) -> dict:
 
 def milvus_doc_ids(stores, scope: str) -> set[str]:
     alias = ms.alias_for(stores.settings.collection_prefix, scope)
-    stores.milvus.load_collection(alias)
-    rows = stores.milvus.query(alias, filter=eq("kb_scope", scope), output_fields=["doc_id"])
+    stores.chunks.load(alias)
+    target = stores.chunks.alias_target(alias)
+    rows = stores.milvus.query(target, filter=eq("kb_scope", scope), output_fields=["doc_id"])
     return {r["doc_id"] for r in rows}
 
 
@@ -141,7 +142,7 @@ def test_scope_delete_dry_run_then_yes(capsys, settings, stores, two_roots):
     assert rc == 0
     assert "would remove scope s1" in out and "3 document(s)" in out and leftover in out
     assert "nothing removed (dry run)" in out
-    assert alias in stores.milvus.list_aliases()["aliases"]
+    assert stores.chunks.alias_target(alias) is not None
     assert kb_json(capsys, settings, "docs", "list", "--scope", "s1")["count"] == 3
 
     removed = kb_json(capsys, settings, "scope", "delete", "s1", "--yes")
@@ -155,7 +156,7 @@ def test_scope_delete_dry_run_then_yes(capsys, settings, stores, two_roots):
     assert [s["kb_scope"] for s in status["scopes"]] == ["s2"]
     rc, out, _ = kb(capsys, settings, "status")
     assert "scope s2:" in out and "scope s1:" not in out
-    assert alias not in stores.milvus.list_aliases()["aliases"]
+    assert stores.chunks.alias_target(alias) is None
     assert not [c for c in stores.milvus.list_collections() if c.startswith(alias)]
     assert kb(capsys, settings, "docs", "list", "--scope", "s1")[0] == 2  # no such scope now
     with stores.sql.session() as s:
@@ -205,7 +206,7 @@ def test_forget_a_moved_away_root(capsys, settings, stores, two_roots):
     assert [s["kb_scope"] for s in status["scopes"]] == ["s1"]
     assert [r["root"] for r in status["roots"]] == [str(a)]
     s2_alias = ms.alias_for(settings.collection_prefix, "s2")
-    assert s2_alias not in stores.milvus.list_aliases()["aliases"]
+    assert stores.chunks.alias_target(s2_alias) is None
     assert not [c for c in stores.milvus.list_collections() if c.startswith(s2_alias)]
 
     rc, _, err = kb(capsys, settings, "forget", str(b), "--yes")
@@ -236,7 +237,7 @@ def test_status_counts_documents_per_root_and_hides_empty_scopes(capsys, setting
     assert [s["kb_scope"] for s in kb_json(capsys, settings, "status")["scopes"]] == ["s1"]
     assert drop_if_empty(stores, "s1") is False
     assert drop_if_empty(stores, "s2") is True
-    assert ms.alias_for(settings.collection_prefix, "s2") not in stores.milvus.list_aliases()["aliases"]
+    assert stores.chunks.alias_target(ms.alias_for(settings.collection_prefix, "s2")) is None
     assert drop_if_empty(stores, "s2") is False
     assert kb_json(capsys, settings, "docs", "list")["count"] == 3
 
@@ -342,11 +343,16 @@ def test_held_lite_file_gives_one_line_naming_the_holder(tmp_path):
 
 
 def test_commands_reach_a_served_file_through_the_announced_endpoint(tmp_path):
-    from kbflow.flows.serve import start_milvus_lite_server
-
     home = tmp_path / "home"
     home.mkdir()
-    server, uri = start_milvus_lite_server(str(home / "milvus.db"), "tok")
+    hold = (
+        "import sys, time; from kbflow.core.lite_engine import lite_uri; "
+        "print(lite_uri(sys.argv[1]), flush=True); time.sleep(120)"
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-c", hold, str(home / "milvus.db")], stdout=subprocess.PIPE, text=True
+    )
+    uri = server.stdout.readline().strip()
     try:
         res = run_cli("docs", "list", home=home)  # not announced yet: the server holds the file
         assert res.returncode == 3 and f"in use by process {server.pid}" in res.stderr

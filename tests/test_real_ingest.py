@@ -309,12 +309,12 @@ def test_full_rebuild_across_two_roots_copies_the_other_roots_documents(tmp_path
     reindex([a], settings=settings, stores=stores)
     reindex([b], settings=settings, stores=stores)
     alias = ms.alias_for(settings.collection_prefix, "ops")
-    before = ms.alias_target(stores.milvus, alias)
+    before = stores.chunks.alias_target(alias)
     stores.milvus.release_collection(before)  # as a fresh process finds it
     full = reindex([a], full=True, settings=settings, stores=stores)
     assert full.ok, full.failed
     assert full.chunks_copied >= 1 and full.chunks_embedded == 0
-    assert ms.alias_target(stores.milvus, alias) != before
+    assert stores.chunks.alias_target(alias) != before
     assert top_doc("etcd lost quorum", settings, "ops") == "docs/b/etcd.md"
     assert top_doc("connection pool exhausted", settings, "ops") == "https://wiki/a"
     assert {r.root for r in records(stores, "ops").values()} == {str(a), str(b)}
@@ -348,12 +348,12 @@ def test_an_index_from_before_free_text_sources_keeps_serving_and_widens_once(
     reindex([docs], settings=settings, stores=stores)
     monkeypatch.undo()
     alias = ms.alias_for(settings.collection_prefix, "old")
-    assert ms.source_capacity(stores.milvus, ms.alias_target(stores.milvus, alias)) == 64
+    assert ms.source_capacity(stores.milvus, stores.chunks.alias_target(alias)) == 64
     assert top_doc("connection pool exhausted", settings, "old") == "mysql-pool"
     write_doc(docs, "etcd.md", source='"docs/runbooks/etcd.md"', scope="old", body=TOPICS["path.md"])
     summary = reindex([docs], settings=settings, stores=stores)
     assert summary.ok and summary.added == 1 and summary.chunks_embedded == 1  # only the new page
-    assert ms.source_capacity(stores.milvus, ms.alias_target(stores.milvus, alias)) == ms.SOURCE_MAX_BYTES
+    assert ms.source_capacity(stores.milvus, stores.chunks.alias_target(alias)) == ms.SOURCE_MAX_BYTES
     assert top_doc("etcd lost quorum", settings, "old") == "docs/runbooks/etcd.md"
     assert top_doc("connection pool exhausted", settings, "old") == "mysql-pool"
 

@@ -43,8 +43,9 @@ def corpus(root: Path, scope: str = "s1") -> None:
 
 def rows(stores, scope: str) -> list[dict]:
     alias = ms.alias_for(stores.settings.collection_prefix, scope)
-    stores.milvus.load_collection(alias)
-    return stores.milvus.query(alias, filter=eq("kb_scope", scope), output_fields=["id", "doc_id", "text"])
+    stores.chunks.load(alias)
+    target = stores.chunks.alias_target(alias)
+    return stores.milvus.query(target, filter=eq("kb_scope", scope), output_fields=["id", "doc_id", "text"])
 
 
 def records(stores, scope: str) -> dict[str, DocumentRow]:
@@ -130,7 +131,7 @@ def test_full_rebuild_switches_alias_and_drops_old(tmp_path, settings, stores):
     full = reindex([docs], full=True, settings=settings, stores=stores)
     new = full.scopes["s1"].physical_collection
     assert full.ok and new != old
-    assert ms.alias_target(stores.milvus, alias) == new
+    assert stores.chunks.alias_target(alias) == new
     assert old not in stores.milvus.list_collections()
     assert full.chunks_written == 3 and full.chunks_embedded == 0 and full.cache_hits == 3  # cache
     assert len(rows(stores, "s1")) == 3
@@ -184,7 +185,7 @@ def test_scopes_are_isolated(tmp_path, settings, stores):
     assert summary.ok and summary.removed == 2 and set(summary.scopes) == {"team-a"}
     assert {d["doc_id"] for d in summary.removed_docs} == {"mysql-pool", "redis-evict"}
     a_alias = ms.alias_for(settings.collection_prefix, "team-a")  # the emptied scope is gone
-    assert ms.alias_target(stores.milvus, a_alias) is None and records(stores, "team-a") == {}
+    assert stores.chunks.alias_target(a_alias) is None and records(stores, "team-a") == {}
     assert {r["doc_id"] for r in rows(stores, "team-b")} == {"mysql-pool", "redis-evict"}
     reindex([tmp_path / "b"], full=True, settings=settings, stores=stores)  # a rebuild of b ...
     assert set(records(stores, "team-b")) == {"mysql-pool", "redis-evict"}
@@ -227,7 +228,7 @@ def test_chinese_scope_uses_jieba(tmp_path, settings, stores):
     query = LexicalConfig().query_text("连接池满了怎么办")
     assert query.split() == ["连接", "连接池", "满"]
     hits = stores.milvus.search(
-        alias,
+        stores.chunks.alias_target(alias),
         data=[query],
         anns_field="sparse",
         limit=2,

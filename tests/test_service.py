@@ -176,7 +176,7 @@ def test_second_process_on_the_lite_file_is_told_who_holds_it(tmp_path):
         [
             sys.executable,
             "-c",
-            f"from pymilvus import MilvusClient; c = MilvusClient({str(path)!r}); "
+            f"from kbflow.core.lite_engine import lite_uri; lite_uri({str(path)!r}); "
             "print('ready', flush=True); import time; time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
@@ -195,6 +195,14 @@ def test_second_process_on_the_lite_file_is_told_who_holds_it(tmp_path):
         holder.wait()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
 def test_the_milvus_child_dies_with_a_sigkilled_parent_and_a_stale_note_is_cleaned(tmp_path):
     """A SIGKILLed `kbflow serve` leaves no process holding the Lite file, and its serve.json is
     recognised as stale and removed by the next command."""
@@ -208,22 +216,23 @@ def test_the_milvus_child_dies_with_a_sigkilled_parent_and_a_stale_note_is_clean
         [
             sys.executable,
             "-c",
-            "import sys, time; from kbflow.flows.serve import start_milvus_lite_server; "
-            f"p, uri = start_milvus_lite_server({str(data)!r}, 't'); "
-            "print(p.pid, flush=True); time.sleep(300)",
+            "import time; from pathlib import Path; from kbflow.core import lite_engine; "
+            f"lite_engine.lite_uri({str(data)!r}); "
+            f"print(lite_engine._children[Path({str(data)!r})].proc.pid, flush=True); time.sleep(300)",
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
     )
     child = int(parent.stdout.readline())
-    assert lock_holder(str(data)) is not None and lock_holder(str(data))[0] == child
+    assert lock_holder(str(data)) is not None and lock_holder(str(data))[0] == parent.pid
     parent.send_signal(signal.SIGKILL)
     parent.wait(30)
     deadline = time.time() + 30
-    while lock_holder(str(data)) is not None and time.time() < deadline:
+    while (lock_holder(str(data)) is not None or _alive(child)) and time.time() < deadline:
         time.sleep(0.2)
-    assert lock_holder(str(data)) is None  # the child went with its parent: the file is free
+    assert lock_holder(str(data)) is None  # the file is free
+    assert not _alive(child)  # and the engine went with its parent
     note = tmp_path / ENDPOINT_FILE
     note.write_text(json.dumps({"pid": parent.pid, "milvus_uri": "http://127.0.0.1:1"}), encoding="utf-8")
     assert announced_endpoint(tmp_path) is None and not note.exists()

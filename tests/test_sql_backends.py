@@ -159,8 +159,9 @@ def test_a_full_rebuild_reuses_the_cached_vectors(database_url, tmp_path):
     alias = ms.alias_for(settings.collection_prefix, "ops")
 
     def served_vectors() -> dict[str, list[float]]:
-        stores.milvus.load_collection(alias)
-        rows = stores.milvus.query(alias, filter='kb_scope == "ops"', output_fields=["id", "dense"])
+        stores.chunks.load(alias)
+        target = stores.chunks.alias_target(alias)
+        rows = stores.milvus.query(target, filter='kb_scope == "ops"', output_fields=["id", "dense"])
         return {r["id"]: list(r["dense"]) for r in rows}
 
     before = served_vectors()

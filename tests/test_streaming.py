@@ -26,7 +26,7 @@ BODY = "# Runbook\n\n" + "".join(f"## Step {i}\n\n{STEP * 11}\n\n" for i in rang
 
 @pytest.fixture(scope="module")
 def milvus_server(tmp_path_factory):
-    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("stream-milvus") / "data"), TOKEN)
+    proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("stream-milvus") / "data.db"))
     yield uri
     proc.terminate()
     proc.wait(30)

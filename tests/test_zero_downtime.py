@@ -58,7 +58,7 @@ def test_full_reindex_serves_evidence_at_every_step(tmp_path):
             steps.append(
                 {
                     "step": (done, total),
-                    "alias_target": ms.alias_target(stores.milvus, alias),
+                    "alias_target": stores.chunks.alias_target(alias),
                     "collections": sorted(
                         c for c in stores.milvus.list_collections() if c.startswith(alias + "__")
                     ),

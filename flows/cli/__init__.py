@@ -20,7 +20,7 @@ from typing import Any
 # errors; kbflow turns it off unless the user chose (PREFECT_SERVER_ANALYTICS_ENABLED=true).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from kbflow.flows.cli import config, db, gaps, lookup, manage, reindex, serve  # noqa: E402
+from kbflow.flows.cli import config, db, gaps, lookup, manage, reindex, serve, store  # noqa: E402
 from kbflow.flows.cli import eval as eval_command  # noqa: E402
 from kbflow.flows.cli.options import (  # noqa: E402
     CONFIG_HELP,
@@ -63,7 +63,7 @@ examples:
 """
 
 # each group adds its commands' parsers, in the order `kbflow --help` lists them
-GROUPS = (reindex, manage, lookup, eval_command, gaps, serve, db, config)
+GROUPS = (reindex, manage, lookup, eval_command, gaps, serve, db, store, config)
 
 
 def build_parser() -> argparse.ArgumentParser:
