@@ -93,10 +93,8 @@ def write_corpus(root: Path, docs: int, seed: int = 11, words: list[str] | None 
 
 
 def fake_embeddings() -> None:
-    """Replace the model's forward pass by hashed vectors (same id, same dimension): the sum of
-    one fixed random vector per distinct word, so texts that share words lie near each other as
-    real embeddings do. Recall against exact search means something on such vectors; on
-    independent random ones every point is about as far as every other."""
+    """The model's forward pass replaced by hashed vectors: the sum of a fixed random vector per
+    distinct word, so texts that share words lie near each other (recall means something)."""
     import numpy as np
 
     from kbflow.core import embedder
@@ -196,6 +194,7 @@ def measure(chunks: int, work: Path, words: list[str], swap: bool) -> dict:
         "nochange_over_walk_and_records": round(same["seconds"] / (walk + records), 1),
         "onechange_s": round(changed["seconds"], 2),
         "onechange_over_nochange": round(changed["seconds"] / same["seconds"], 2),
+        "onechange_stage_s": {k: round(v, 2) for k, v in changed["stages"].items() if v >= 0.05},
     }
     print(f"[{chunks}] " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     try:

@@ -1,43 +1,14 @@
 """Expected failures of a kbflow command, told in one line: no traceback.
 
-A Milvus Lite file belongs to one process at a time. When another process holds it, milvus_lite
-logs the lock error *with its traceback* before pymilvus gives up, and pymilvus's own error
-only says "Open local milvus failed". For a person that is noise around a simple fact: the
-file is busy, here is who holds it and what to do. The CLI drops that one log record and says
-it in one line.
+A Milvus Lite file belongs to one process at a time. When another process holds it, the CLI
+says so in one line: who holds it and what to do.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 from typing import Any
-
-LOCK_LOGGER = "milvus_lite.server_manager"
-
-
-def _is_lock_error(exc: BaseException | None) -> bool:
-    seen = 0
-    while exc is not None and seen < 10:
-        if type(exc).__name__ == "DataDirLockedError":
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
-class _DropLockTraceback(logging.Filter):
-    """Drops milvus_lite's traceback for a held file; every other record passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and _is_lock_error(record.exc_info[1]))
-
-
-def quiet_lock_traceback() -> None:
-    """Install the filter once per process (the StoreUnavailable that follows says it all)."""
-    logger = logging.getLogger(LOCK_LOGGER)
-    if not any(isinstance(f, _DropLockTraceback) for f in logger.filters):
-        logger.addFilter(_DropLockTraceback())
 
 
 def store_unavailable_message(exc: BaseException, uri: str) -> str:

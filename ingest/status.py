@@ -76,7 +76,6 @@ def scope_statuses_from(sql: SqlStore, chunk_store: Any, multilingual: str) -> l
         if chunk_store is not None:
             target = chunk_store.alias_target(row.alias)
             if target is not None:
-                chunk_store.load(row.alias)
                 chunks = chunk_store.count(row.alias, row.kb_scope)
         n, errors, recorded, writing = counts.get(row.kb_scope, (0, 0, 0, 0))
         out.append(

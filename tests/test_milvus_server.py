@@ -19,7 +19,7 @@ TOKEN = "test-token"
 
 
 @pytest.fixture(scope="module")
-def milvus_server(tmp_path_factory):  # the Milvus Lite server kbflow serve runs, token-guarded
+def milvus_server(tmp_path_factory):  # Milvus Lite's engine on a loopback port: a stand-in server
     proc, uri = start_milvus_lite_server(str(tmp_path_factory.mktemp("milvus-server") / "data.db"))
     yield uri
     proc.terminate()

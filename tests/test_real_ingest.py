@@ -281,7 +281,7 @@ def test_a_document_the_store_refuses_fails_alone(stores):
         "lexical": "fine",
         "dense": [0.5, 0.5, 0.5, 0.5],
     }
-    bad = {**good, "id": "b#0", "doc_id": "b", "source": "b", "title": "x" * 5000}  # over 2048
+    bad = {**good, "id": "b#0", "doc_id": "b", "source": "b", "dense": [0.5, 0.5, 0.5]}  # dim 3, not 4
     refused = write_documents(client, "refusal_probe", {"g": [good], "b": [bad]})
     assert set(refused) == {"b"} and "store refused" in refused["b"]
     client.flush("refusal_probe")

@@ -136,7 +136,7 @@ def test_serve_owns_the_embedded_store_and_answers_through_a_full_reindex(tmp_pa
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(base, server)
-        assert json.loads((home / "serve.json").read_text())["milvus_uri"].startswith("http://127.0.0.1:")
+        assert json.loads((home / "serve.json").read_text())["milvus_uri"].startswith("unix:")
         assert _readme_curl(port)["evidence_status"] == "FOUND"  # the guide's example, as written
         form = httpx.post(f"{base}/v1/lookup", content=b"query=kafka", headers={"Content-Type": "text/plain"})
         assert form.status_code == 415 and "application/json" in form.json()["detail"]
@@ -144,7 +144,7 @@ def test_serve_owns_the_embedded_store_and_answers_through_a_full_reindex(tmp_pa
         status = _kbflow("status", "--json", home=home)
         out, err = status.communicate(timeout=120)
         assert status.returncode == 0, err  # reaches the served store, no lock error
-        assert json.loads(out)["milvus_uri"].startswith("http://127.0.0.1:")
+        assert json.loads(out)["milvus_uri"].startswith("unix:")
 
         query = {"query": "kafka consumer group lag growing", "kb_scope": "rag-eval"}
         before = httpx.post(f"{base}/v1/lookup", json=query, timeout=30).json()

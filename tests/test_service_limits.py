@@ -1,6 +1,6 @@
 """`kbflow serve` under overload and abuse, over real HTTP: bounded admission with fast 503s,
-413/401/422 for bad requests, a health check that reveals nothing, a token-guarded Milvus child,
-and `kbflow lookup` sent to the running service instead of loading a model."""
+413/401/422 for bad requests, a health check that reveals nothing, a Milvus child only its owner
+can reach, and `kbflow lookup` sent to the running service instead of loading a model."""
 
 from __future__ import annotations
 

@@ -103,12 +103,10 @@ def _run(args: argparse.Namespace) -> int:
         database_message,
         error_message,
         is_database_error,
-        quiet_lock_traceback,
         say_error,
         use_log_format,
     )
 
-    quiet_lock_traceback()
     settings: Any = None
     try:
         settings = settings_from_args(args)
