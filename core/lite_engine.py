@@ -143,13 +143,14 @@ def start(db: Path, tries: int = 3) -> LiteChild:
     LiteUnavailable(held=True) when another process holds the file. An engine killed by a
     signal while starting is started again (seen once in a full test run: gRPC's poller
     aborted on its first epoll_wait)."""
-    for attempt in range(1, tries + 1):
+    attempt = 1
+    while True:
         try:
             return _start(db)
         except LiteUnavailable as exc:
-            if exc.held or exc.old_engine or not exc.signalled or attempt == tries:
+            if exc.held or exc.old_engine or not exc.signalled or attempt >= tries:
                 raise
-    raise AssertionError("unreachable")
+        attempt += 1
 
 
 def _start(db: Path) -> LiteChild:

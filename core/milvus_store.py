@@ -9,10 +9,19 @@ Every row still carries `kb_scope` and every search filters on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pymilvus import AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker
+from pymilvus import (
+    AnnSearchRequest,
+    DataType,
+    Function,
+    FunctionType,
+    MilvusClient,
+    MilvusException,
+    RRFRanker,
+)
 
 from kbflow.core import lite_engine
 from kbflow.core.alias_book import BOOK, AliasBook, has_native_aliases
@@ -38,6 +47,8 @@ from kbflow.core.milvus_connect import (  # noqa: F401  (re-exported: callers op
 from kbflow.core.validation import doc_key, eq, in_list, not_in_list, validate_category, validate_scope
 
 QUERY_BATCH = 1000
+ALIAS_TTL_S = 1.0  # a search reuses an alias resolved through the book this long
+COLLECTION_NOT_FOUND = 100  # Milvus's error code, on Lite and on a server
 # HNSW on a Milvus server. Milvus Lite 2.5 refuses HNSW ("local mode only support FLAT IVF_FLAT
 # AUTOINDEX"), and its IVF_FLAT lost recall past one segment: recall@10 against exact search was
 # 0.17-0.19 at 100k vectors at every nprobe up to nlist (bench/scale.py; 1.0 at 10k and 30k).
@@ -124,18 +135,6 @@ def point_alias(client: MilvusClient, alias: str, physical: str) -> None:
         client.create_alias(physical, alias)
     else:
         client.alter_alias(physical, alias)
-
-
-def drop_unaliased(client: MilvusClient, alias: str, target: str | None = None) -> list[str]:
-    """Drop this alias's physical collections the alias does not point to (left by a crash
-    or superseded by a rebuild). `target`: the alias's collection when the caller knows it."""
-    keep = target or alias_target(client, alias)
-    dropped = []
-    for name in client.list_collections():
-        if name.startswith(alias + "__") and name != keep:
-            client.drop_collection(name)
-            dropped.append(name)
-    return dropped
 
 
 def upsert_rows(client: MilvusClient, collection: str, rows: Sequence[dict[str, Any]]) -> int:
@@ -226,6 +225,7 @@ class MilvusChunkStore:
         self.client = client
         self.lite_db = lite_db  # the file whose engine this process started, if any
         self.book = None if has_native_aliases(client) else AliasBook(client)
+        self._resolved: dict[str, tuple[str, float]] = {}  # alias -> (collection, when), for searches
 
     @property
     def lite(self) -> bool:
@@ -237,6 +237,29 @@ class MilvusChunkStore:
         if self.book is None or "__" in name or name == BOOK:
             return name
         return self.book.target(name) or name
+
+    def _search_name(self, name: str, fresh: bool = False) -> str:
+        """`_name` for a search, reused for ALIAS_TTL_S: asking the book on every leg cost ~1 ms
+        each. Never for a write, which must land where the alias points now."""
+        if self.book is None or "__" in name:
+            return name
+        now, seen = time.monotonic(), self._resolved.get(name)
+        if seen is not None and not fresh and now - seen[1] < ALIAS_TTL_S:
+            return seen[0]
+        target = self._name(name)
+        self._resolved[name] = (target, now)
+        return target
+
+    def _searching(self, collection: str, run: Callable[[str], list]) -> Scored:
+        """A search on the alias's collection. One dropped since it was resolved (a rebuild in
+        another process moved the alias, then dropped the old one) is resolved again, once."""
+        name = self._search_name(collection)
+        try:
+            return _scored(run(name))
+        except MilvusException as exc:
+            if name == collection or exc.code != COLLECTION_NOT_FOUND:
+                raise
+            return _scored(run(self._search_name(collection, fresh=True)))
 
     def collections(self) -> list[str]:
         return [c for c in self.client.list_collections() if c != BOOK]
@@ -256,21 +279,23 @@ class MilvusChunkStore:
         return target if target is not None and self.client.has_collection(target) else None
 
     def point_alias(self, alias: str, physical: str) -> None:
+        self._resolved.pop(alias, None)
         if self.book is None:
             point_alias(self.client, alias, physical)
         else:
             self.book.point(alias, physical)
 
     def drop_alias(self, alias: str) -> None:
+        self._resolved.pop(alias, None)
         if self.book is None:
             self.client.drop_alias(alias)
         else:
             self.book.drop(alias)
 
     def drop_unaliased(self, alias: str, target: str | None = None) -> list[str]:
-        if self.book is None:
-            return drop_unaliased(self.client, alias, target)
-        keep = target or self.book.target(alias)
+        """Drop this alias's physical collections the alias does not point to (left by a crash
+        or superseded by a rebuild). `target`: the alias's collection when the caller knows it."""
+        keep = target or self.alias_target(alias)
         dropped = [n for n in self.collections() if n.startswith(alias + "__") and n != keep]
         for name in dropped:
             self.client.drop_collection(name)
@@ -312,23 +337,21 @@ class MilvusChunkStore:
         self, collection: str, vector: Sequence[float], *, scope: str, limit: int,
         category: str | None = None, exclude: Sequence[str] = (),
     ) -> Scored:
-        res = self.client.search(
-            self._name(collection), data=[list(vector)], anns_field="dense", limit=limit,
+        return self._searching(collection, lambda name: self.client.search(
+            name, data=[list(vector)], anns_field="dense", limit=limit,
             filter=search_filter(scope, category, exclude), output_fields=HIT_FIELDS,
             search_params=dense_params(self.lite, limit),
-        )[0]
-        return _scored(res)
+        )[0])
 
     def text_search(
         self, collection: str, text: str, *, scope: str, limit: int, category: str | None = None,
         exclude: Sequence[str] = (),
     ) -> Scored:
-        res = self.client.search(
-            self._name(collection), data=[text], anns_field="sparse", limit=limit,
+        return self._searching(collection, lambda name: self.client.search(
+            name, data=[text], anns_field="sparse", limit=limit,
             filter=search_filter(scope, category, exclude), output_fields=HIT_FIELDS,
             search_params={"metric_type": "BM25"},
-        )[0]
-        return _scored(res)
+        )[0])
 
     def hybrid_search(
         self, collection: str, vector: Sequence[float], text: str, *, scope: str, limit: int, rrf_k: int = 60
@@ -341,9 +364,8 @@ class MilvusChunkStore:
             AnnSearchRequest(data=[text], anns_field="sparse", limit=limit, expr=expr,
                              param={"metric_type": "BM25"}),
         ]
-        res = self.client.hybrid_search(self._name(collection), reqs, RRFRanker(rrf_k), limit=limit,
-                                        output_fields=SCALAR_FIELDS)[0]
-        return _scored(res)
+        return self._searching(collection, lambda name: self.client.hybrid_search(
+            name, reqs, RRFRanker(rrf_k), limit=limit, output_fields=SCALAR_FIELDS)[0])
 
     def close(self) -> None:
         self.client.close()

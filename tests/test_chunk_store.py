@@ -90,3 +90,32 @@ def test_scopes_and_categories_are_checked_before_any_filter(store):
             store.search(alias, [1.0, 0.0, 0.0, 0.0], scope=bad, limit=3)
     with pytest.raises(ValueError):
         store.text_search(alias, "x", scope="s1", limit=3, category='db" or category != "')
+
+
+def test_a_search_follows_an_alias_another_process_moved(tmp_path, monkeypatch):
+    """A lookup reuses the collection an alias named a moment ago; when a rebuild elsewhere moves
+    the alias and drops the old collection, the next search answers from the new one."""
+    monkeypatch.setattr("kbflow.core.milvus_store.ALIAS_TTL_S", 3600.0)  # the reuse is certain
+    db = str(tmp_path / "milvus.db")
+    reader, writer = MilvusChunkStore(open_client(db)), MilvusChunkStore(open_client(db))
+    try:
+        alias = alias_for("t", "s1")
+        old, new = new_physical_name(alias), new_physical_name(alias) + "x"
+        for physical, row in ((old, _row("pool", 0, "raise the pool size", [1.0, 0.0, 0.0, 0.0])),
+                              (new, _row("evict", 0, "eviction policy lru", [1.0, 0.0, 0.0, 0.0]))):
+            writer.create_collection(physical, DIM, "standard")
+            writer.upsert(physical, [row])
+            writer.flush(physical)
+            writer.load(physical)
+        def found() -> list[str]:
+            return [r.id for r, _ in reader.search(alias, [1.0, 0.0, 0.0, 0.0], scope="s1", limit=3)]
+
+        writer.point_alias(alias, old)
+        assert found() == ["pool#0"]
+        writer.point_alias(alias, new)
+        assert writer.drop_unaliased(alias) == [old]
+        assert found() == ["evict#0"]
+        assert [r.id for r, _ in reader.text_search(alias, "eviction", scope="s1", limit=3)] == ["evict#0"]
+    finally:
+        reader.close()
+        writer.close()
