@@ -175,9 +175,10 @@ def dense_recall(retriever, words: list[str], k: int = 10) -> dict:
             "store_dense_p50_ms": round(pct(times, 50), 1)}
 
 
-def serve_run(home: Path, words: list[str]) -> dict[str, float]:
+def serve_run(home: Path, words: list[str], root: Path | None = None) -> dict[str, float]:
     """`kbflow serve` (fake query embeddings): seconds until /healthz answers, hybrid p50/p95
-    over HTTP from one keep-alive client, and the peak RSS of the service with its Milvus child."""
+    over HTTP from one keep-alive client, and the peak RSS of the service with its Milvus child;
+    with `root`, a no-change and a one-document-changed reindex while it runs (served_changes)."""
     from kbflow.flows.serve import free_port
 
     port = free_port()
@@ -203,14 +204,32 @@ def serve_run(home: Path, words: list[str]) -> dict[str, float]:
             if i:  # the first is the warm-up
                 times.append((time.perf_counter() - t) * 1000)
             peak = max(peak, _tree_rss_mb(watched))
+        changes = served_changes(root, home) if root is not None else {}
     finally:
         proc.terminate()
         proc.wait(60)
     return {
+        **changes,
         "serve_ready_s": round(ready, 1),
         "serve_hybrid_p50_ms": round(pct(times, 50), 1),
         "serve_hybrid_p95_ms": round(pct(times, 95), 1),
         "serve_rss_mb": round(peak),
+    }
+
+
+def served_changes(root: Path, home: Path) -> dict:
+    """A no-change and a one-document-changed reindex while `kbflow serve` holds the home: both
+    write through its engine, whose collection is already loaded (a fresh engine loads it first)."""
+    same = child("reindex", str(root), str(home))
+    one = sorted((root / "cat01").glob("*.md"))[0]
+    one.write_text(one.read_text(encoding="utf-8") + "\n## Changed while served\n\nOne more section.\n",
+                   encoding="utf-8")
+    changed = child("reindex", str(root), str(home))
+    return {
+        "served_nochange_s": round(same["seconds"], 2),
+        "served_onechange_s": round(changed["seconds"], 2),
+        "served_onechange_minus_nochange_s": round(changed["seconds"] - same["seconds"], 2),
+        "served_onechange_stage_s": {k: round(v, 2) for k, v in changed["stages"].items() if v >= 0.05},
     }
 
 

@@ -7,7 +7,9 @@ Lite file and announces its endpoint), then in one run:
       same lookup over HTTP from one client: service p50 / in-process p50 (target <= 1.3);
   (2) for each client count, clients post lookups back to back for a fixed time: throughput,
       p50/p95/p99 latency of answered requests, the 503 share (overload answered at once, with
-      Retry-After; clients then wait as asked) and errors (anything else: target 0);
+      Retry-After; clients then wait as asked), errors (anything else: target 0), and the CPU
+      one answered lookup cost the service's process tree and the clients. Lookups/s at 16
+      clients against cores / the service's CPU per lookup at 1 client: target >= 0.7;
   (3) a burst: --burst clients post one lookup each at the same instant (3 rounds): the 503
       share and the p95 of the answered ones. The same for every admission rule:
       `count:N` = at most N waiting, no wait rule (the rule before serve_max_wait_ms);
@@ -20,6 +22,7 @@ Lite file and announces its endpoint), then in one run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -33,6 +36,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -120,7 +125,20 @@ def side_by_side(home: Path, port: int, queries: list[str]) -> tuple[float, floa
     return statistics.median(local), statistics.median(served)
 
 
-def load(port: int, clients: int, seconds: float, queries: list[str]) -> dict[str, float]:
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) so far of a process and its children: serve, its workers and
+    its Milvus engine."""
+    root, total = psutil.Process(pid), 0.0
+    for p in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def load(port: int, clients: int, seconds: float, queries: list[str], server: int) -> dict[str, float]:
+    """Clients post back to back for `seconds`; beside the latencies, the CPU one answered lookup
+    cost the service (its whole process tree) and these client threads (the same cores)."""
     results: list[tuple[int, float, float]] = []
     lock = threading.Lock()
     stop = time.perf_counter() + seconds
@@ -135,12 +153,13 @@ def load(port: int, clients: int, seconds: float, queries: list[str]) -> dict[st
             results.extend(mine)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    started = time.perf_counter()
+    cpu0, mine0, started = tree_cpu_s(server), time.process_time(), time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - started
+    cpu, mine = tree_cpu_s(server) - cpu0, time.process_time() - mine0
     ok = [ms for status, ms, _ in results if status == 200]
     busy = [ms for status, ms, _ in results if status == 503]
     errors = len(results) - len(ok) - len(busy)
@@ -153,6 +172,9 @@ def load(port: int, clients: int, seconds: float, queries: list[str]) -> dict[st
         "rate_503": round(len(busy) / max(len(results), 1), 3),
         "p99_503_ms": round(pct(busy, 99), 1) if len(busy) > 1 else None,
         "errors": errors,
+        "service_cpu_ms_per_lookup": round(cpu * 1000 / max(len(ok), 1), 1),
+        "client_cpu_ms_per_lookup": round(mine * 1000 / max(len(ok), 1), 1),
+        "cores_busy": round((cpu + mine) / elapsed, 2),
     }
 
 
@@ -201,7 +223,7 @@ def measure_rule(home: Path, rule: str, args: argparse.Namespace, queries: list[
         print(f"[{rule}] " + "  ".join(f"{k} {v}" for k, v in spike.items()))
         rows = []
         for n in [int(c) for c in args.clients.split(",")]:
-            rows.append(load(port, n, args.seconds, queries))
+            rows.append(load(port, n, args.seconds, queries, proc.pid))
             print(f"[{rule}]   " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()))
     finally:
         close_all()
@@ -213,6 +235,24 @@ def measure_rule(home: Path, rule: str, args: argparse.Namespace, queries: list[
         "service_p50_ms": round(served50, 1),
         "burst": spike,
         "load": rows,
+    }
+
+
+def capacity(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Lookups/s at 16 clients against the ceiling: cores / the CPU time of one lookup (the
+    service's, measured at one client, when nothing else runs); and against the ceiling left once
+    the clients' own CPU, which shares these cores, is counted in one lookup's cost."""
+    by = {r["clients"]: r for r in rows}
+    if 1 not in by or 16 not in by:
+        return {}
+    cores, one = len(os.sched_getaffinity(0)), by[1]
+    limit = cores * 1000 / one["service_cpu_ms_per_lookup"]
+    shared = cores * 1000 / (one["service_cpu_ms_per_lookup"] + one["client_cpu_ms_per_lookup"])
+    return {
+        "limit_per_s": round(limit, 1),
+        "throughput_16_over_limit": round(by[16]["answered_per_s"] / limit, 2),
+        "limit_with_clients_per_s": round(shared, 1),
+        "throughput_16_over_limit_with_clients": round(by[16]["answered_per_s"] / shared, 2),
     }
 
 
@@ -270,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
     last = measured[-1]
     ratio = last["service_p50_ms"] / last["inprocess_p50_ms"]
+    ceiling = capacity(last["load"])
+    print("capacity: " + "  ".join(f"{k} {v}" for k, v in ceiling.items()))
     errors = sum(r["errors"] for m in measured for r in [*m["load"], m["burst"]])
     worst_503 = max([(r["p99_503_ms"] or 0) for r in last["load"]] + [last["burst"]["max_503_ms"] or 0])
     out = {
@@ -277,12 +319,14 @@ def run(args: argparse.Namespace) -> int:
         "metrics": {"cpus": os.cpu_count(), "hog_processes": args.hog, **{m["rule"]: m for m in measured}},
         "ratios": {
             "service_over_inprocess_p50": round(ratio, 2),
+            **ceiling,
             **{f"burst_503_{m['rule']}": m["burst"]["rate_503"] for m in measured},
             **{f"burst_p95_ms_{m['rule']}": m["burst"]["p95_ms"] for m in measured},
             **{f"burst_max_503_ms_{m['rule']}": m["burst"]["max_503_ms"] for m in measured},
         },
         "targets": {
             "service_over_inprocess_p50": "<= 1.3",
+            "throughput_16_over_limit": ">= 0.7 (limit: cores / CPU of one lookup)",
             "errors": 0,
             "p99_503_ms": "fast (< 100)",
             "burst_max_503_ms": "fast (< 100): refused before any work",
