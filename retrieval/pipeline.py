@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +39,8 @@ from kbflow.retrieval.postprocess import (
 )
 from kbflow.retrieval.rerank import NoopReranker, Reranker, run_rerank
 from kbflow.retrieval.search import ScopeTarget, SearchSpec, search_attempt
+
+_L0 = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kbflow-l0")
 
 
 class LookupRejected(InputError, ValueError):
@@ -334,6 +337,14 @@ class Retriever:
                 run.vocabularies[scope] = read_vocabulary(session, scope, asked, run.spec.exclude)
         return run.vocabularies[scope]
 
+    def _navigate(
+        self, query: str, scopes: list[str], left_out: tuple[str, ...]
+    ) -> tuple[L0Navigation, float]:
+        t = time.perf_counter()
+        with self.stores.sql.session() as session:
+            nav = navigate(session, query, scopes, left_out)
+        return nav, round((time.perf_counter() - t) * 1000, 3)
+
     def lookup(
         self,
         query: str,
@@ -355,10 +366,11 @@ class Retriever:
         t0 = t = time.perf_counter()
         targets = self.targets(request.kb_scope)
         left_out = excluded_sources(exclude)
-        with self.stores.sql.session() as session:
-            nav = navigate(session, request.query, [tg.kb_scope for tg in targets], left_out)
-        t = timer.stage("l0", t)
-        vectors, t = self._embed_query(request.query, targets, timer, t)
+        # L0 (SQL) needs no vector: it runs while the query is embedded (onnxruntime lets go of the GIL)
+        l0 = _L0.submit(self._navigate, request.query, [tg.kb_scope for tg in targets], left_out)
+        vectors, _ = self._embed_query(request.query, targets, timer, t)
+        nav, timer.timings["l0"] = l0.result()
+        t = time.perf_counter()
         cals = {tg.kb_scope: self.calibrations[tg.kb_scope] for tg in targets}
         run = _Run(request, targets, vectors, self._spec(request.mode, depth, left_out), cals, nav, timer)
         selected = with_fallback(
