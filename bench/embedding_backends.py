@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.ingest import chunk_texts, make_corpus  # noqa: E402
+from bench.ingest import make_corpus, parsed_corpus  # noqa: E402
 from bench.quality_ablation import cacm_row, golden_row  # noqa: E402
 from kbflow.core.embedder import Embedder  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
@@ -47,7 +47,7 @@ def speed(work: Path, docs: int) -> dict[str, dict[str, float]]:
     root.mkdir(parents=True, exist_ok=True)
     make_corpus(root, docs, 4, 110)
     settings = Settings(home=work / "speed-home")
-    texts = chunk_texts(root, settings)
+    texts, _ = parsed_corpus(root, settings)
     cores = os.cpu_count() or 1
     print(f"speed: {len(texts)} chunks, {sum(map(len, texts)) / len(texts):.0f} chars avg, {cores} threads")
     out: dict[str, dict[str, float]] = {}
