@@ -363,14 +363,13 @@ class Retriever:
         (cli, http:<key id>, eval…; default python)."""
         request = self._request(query, kb_scope, mode)
         timer = _Timer()
-        t0 = t = time.perf_counter()
+        t0 = time.perf_counter()
         targets = self.targets(request.kb_scope)
         left_out = excluded_sources(exclude)
         # L0 (SQL) needs no vector: it runs while the query is embedded (onnxruntime lets go of the GIL)
         l0 = _L0.submit(self._navigate, request.query, [tg.kb_scope for tg in targets], left_out)
-        vectors, _ = self._embed_query(request.query, targets, timer, t)
+        vectors, _ = self._embed_query(request.query, targets, timer, time.perf_counter())
         nav, timer.timings["l0"] = l0.result()
-        t = time.perf_counter()
         cals = {tg.kb_scope: self.calibrations[tg.kb_scope] for tg in targets}
         run = _Run(request, targets, vectors, self._spec(request.mode, depth, left_out), cals, nav, timer)
         selected = with_fallback(
