@@ -27,7 +27,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.scale import vocabulary  # noqa: E402
-from bench.scale_probes import queries  # noqa: E402
+from bench.scale_probes import pct, queries  # noqa: E402
 from kbflow.core.milvus_store import MilvusChunkStore, open_client  # noqa: E402
 from kbflow.core.settings import Settings  # noqa: E402
 
@@ -40,8 +40,7 @@ def latency(run: Callable[[int], object], n: int) -> tuple[float, float]:
         started = time.perf_counter()
         run(i)
         times.append((time.perf_counter() - started) * 1000)
-    times.sort()
-    return round(statistics.median(times), 1), round(times[int(0.95 * (n - 1))], 1)
+    return round(statistics.median(times), 1), round(pct(times, 95), 1)
 
 
 def engine_rss_mb() -> float:

@@ -41,7 +41,8 @@ def installed_files(path: Path) -> str:
     if not path.exists():
         return ""
     files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-    return ";".join(f"{f.relative_to(path.parent)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    stats = [(f, f.stat()) for f in files]
+    return ";".join(f"{f.relative_to(path.parent)}:{st.st_size}:{st.st_mtime_ns}" for f, st in stats)
 
 
 def export_dir(cache_root: Path, model_path: str, backend: str) -> Path:
