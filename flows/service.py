@@ -36,7 +36,8 @@ from kbflow.flows.admission import Admission, Overloaded
 from kbflow.flows.metrics import ServeMetrics
 from kbflow.flows.service_ops import Seen, observed, request_id_of, with_request_id
 from kbflow.retrieval.lookup import get_retriever, project_for_agent
-from kbflow.retrieval.pipeline import IndexMissing, LookupRejected, UnknownScope
+from kbflow.retrieval.pipeline import IndexMissing
+from kbflow.retrieval.request import LookupRejected, UnknownScope
 
 log = logging.getLogger("kbflow.service")
 MAX_BODY_BYTES = 64 * 1024  # a lookup body is a query and three small fields: larger is abuse (413)

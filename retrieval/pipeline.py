@@ -6,7 +6,7 @@ rule, `assemble` the delivered result); this one only chains them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -14,13 +14,19 @@ import numpy as np
 from sqlalchemy import func, select
 
 from kbflow.core.analysis import LexicalConfig, chunk_terms
-from kbflow.core.embedder import DEFAULT_MODEL_ID, Embedder, base_model_id, get_embedder, split_model_id
-from kbflow.core.errors import InputError, StoreError
+from kbflow.core.embedder import (
+    DEFAULT_MODEL_ID,
+    TORCH,
+    Embedder,
+    base_model_id,
+    get_embedder,
+    split_model_id,
+)
+from kbflow.core.errors import StoreError
 from kbflow.core.settings import Settings
 from kbflow.core.sql import CalibrationRow, ScopeRow
 from kbflow.core.stores import Stores, query_threads
-from kbflow.core.validation import validate_scope
-from kbflow.core.vocabulary import Vocabulary
+from kbflow.core.vocabulary import Vocabulary, scope_documents_counted
 from kbflow.core.vocabulary import read as read_vocabulary
 from kbflow.retrieval import calibration, support
 from kbflow.retrieval.assemble import Request, assemble
@@ -37,49 +43,15 @@ from kbflow.retrieval.postprocess import (
     postprocess,
     score_hits,
 )
+from kbflow.retrieval.request import UnknownScope, checked_request, excluded_sources, unknown_scope_message
 from kbflow.retrieval.rerank import NoopReranker, Reranker, run_rerank
 from kbflow.retrieval.search import ScopeTarget, SearchSpec, search_attempt
 
 _L0 = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kbflow-l0")
 
 
-class LookupRejected(InputError, ValueError):
-    """Bad lookup input (empty query, invalid scope or mode); the message says which."""
-
-
-def excluded_sources(exclude: str | Sequence[str]) -> tuple[str, ...]:
-    """`exclude` as sources: a string is one source (never its characters); anything else that
-    is not a list of strings is refused rather than silently matching nothing."""
-    if isinstance(exclude, str):
-        return (exclude,)
-    items = tuple(exclude)
-    if not all(isinstance(x, str) for x in items):
-        wrong = repr(exclude)[:200]
-        raise LookupRejected(f"exclude names documents by source: a string or a list of strings, not {wrong}")
-    return tuple(sorted(set(items)))
-
-
 class IndexMissing(StoreError, RuntimeError):
     """Nothing has been indexed yet."""
-
-
-class UnknownScope(LookupRejected):
-    """No scope of that name: a typo is an error, never "no usable evidence" (nor a knowledge
-    gap). Scopes are case-sensitive."""
-
-
-def unknown_scope_message(scope: str, scopes: list[str]) -> str:
-    import difflib
-
-    folded = {s.lower(): s for s in scopes}
-    close = difflib.get_close_matches(scope, scopes, n=1, cutoff=0.6)
-    near = folded.get(scope.lower()) or (close[0] if close else None)
-    hint = f"; did you mean {near!r}?" if near else ""
-    shown = ", ".join(scopes[:20]) + (f" and {len(scopes) - 20} more" if len(scopes) > 20 else "")
-    return f"no scope {scope!r} (scopes are case-sensitive): the scopes are {shown}{hint}"
-
-
-MODES = ("hybrid", "dense", "bm25")
 
 
 @dataclass
@@ -105,6 +77,7 @@ class _Run:
     timer: _Timer
     candidates: dict[str, list] = field(default_factory=dict)
     profiles: dict[str, support.Profile] = field(default_factory=dict)  # per model, made when first needed
+    embeds: dict[str, Callable[[list[str]], np.ndarray]] = field(default_factory=dict)  # started early
     vocabularies: dict[str, Vocabulary] = field(default_factory=dict)  # per scope
 
 
@@ -122,6 +95,7 @@ class Retriever:
         self._loaded: set[str] = set()
         self._checked: dict[str, tuple[tuple, ScopeTarget]] = {}
         self.calibrations: dict[str, Calibration] = {}
+        self._documents: dict[str, int] = {}  # per scope, as of its last check
 
     @property
     def settings(self) -> Settings:
@@ -201,6 +175,8 @@ class Retriever:
         self.calibrations[r.kb_scope] = calibration.resolve(
             self.stores.sql, self.settings, r.model_id, r.kb_scope, lexical
         )
+        with self.stores.sql.session() as session:  # whether its levels judge coverage (`_judged`)
+            self._documents[r.kb_scope] = scope_documents_counted(session, r.kb_scope)
         return ScopeTarget(
             r.kb_scope,
             r.alias,
@@ -210,18 +186,26 @@ class Retriever:
         )
 
     def _embed_query(
-        self, query: str, targets: list[ScopeTarget], timer: _Timer, t: float
-    ) -> tuple[dict[str, np.ndarray], float]:
-        """The query's vector for each model the scopes were indexed with. Loading a model (its
-        first use in this process) is timed as its own stage, never as embedding."""
-        threads = query_threads(self.settings)
+        self, query: str, targets: list[ScopeTarget], judged: set[str], timer: _Timer
+    ) -> tuple[dict[str, np.ndarray], dict[str, Callable]]:
+        """The query's vector for each model the scopes were indexed with, and for the `judged`
+        models the coverage signals' embeddings, started beside it (not under torch: its forward
+        passes take turns). Loading a model (its first use in this process) is timed as its own
+        stage, never as embedding."""
+        t, threads = time.perf_counter(), query_threads(self.settings)
         embedders = {model_id: self._embedder(model_id) for model_id in {tg.model_id for tg in targets}}
         for embedder in embedders.values():
             embedder.prepare(threads)
         if time.perf_counter() - t > 0.05:
             t = timer.stage("model_load", t)
+        early = {
+            m: support.embed_early(query, lambda texts, e=e: e.encode_queries(texts, threads))
+            for m, e in embedders.items()
+            if m in judged and e.backend != TORCH
+        }
         vectors = {model_id: e.encode_queries([query], threads)[0] for model_id, e in embedders.items()}
-        return vectors, timer.stage("embed", t)
+        timer.stage("embed", t)
+        return vectors, early
 
     def _search(
         self,
@@ -238,23 +222,6 @@ class Retriever:
         except Exception:  # e.g. a collection dropped behind kbflow's back: check again next time
             self._checked.clear()
             raise
-
-    def _request(self, query: str, kb_scope: str | None, mode: str | None) -> Request:
-        """The lookup's input, checked and normalized; bad input is a LookupRejected."""
-        s = self.settings
-        if not isinstance(query, str) or not query.strip():
-            raise LookupRejected("query is empty: give the symptom, error message or question to look up")
-        mode = mode or s.search_mode
-        if mode not in MODES:
-            raise LookupRejected(f"invalid mode {mode!r}: use one of {', '.join(MODES)}")
-        kb_scope = kb_scope if kb_scope is not None else (s.kb_scope or None)
-        if kb_scope:
-            try:
-                validate_scope(kb_scope)
-            except ValueError as exc:
-                raise LookupRejected(str(exc)) from exc
-        query = " ".join(query.split())
-        return Request(query[: s.max_query_chars], kb_scope, mode, len(query) > s.max_query_chars)
 
     def _spec(self, mode: str, depth: int | None, exclude: tuple[str, ...] = ()) -> SearchSpec:
         s = self.settings
@@ -321,14 +288,21 @@ class Retriever:
 
     def _profile(self, run: _Run, model_id: str) -> support.Profile:
         if model_id not in run.profiles:
-            embedder = self._embedder(model_id)
-            threads = query_threads(self.settings)
-
-            def embed(texts: list[str]) -> np.ndarray:
-                return embedder.encode_queries(texts, threads)
-
+            embedder, threads = self._embedder(model_id), query_threads(self.settings)
+            embed = run.embeds.get(model_id) or (lambda texts: embedder.encode_queries(texts, threads))
             run.profiles[model_id] = support.profile(run.request.query, run.vectors[model_id], embed)
         return run.profiles[model_id]
+
+    def _judged(self, targets: list[ScopeTarget], cals: dict[str, Calibration]) -> set[str]:
+        """The models whose scopes' levels may read the coverage signals (`_judge`)."""
+        if not self.settings.level_by_coverage:
+            return set()
+        return {
+            tg.model_id
+            for tg in targets
+            if tg.quality_signal != "lexical" and cals[tg.kb_scope].kind == "logistic"
+            and cals[tg.kb_scope].levels_apply(self._documents.get(tg.kb_scope, 0))
+        }
 
     def _vocabulary(self, run: _Run, scope: str) -> Vocabulary:
         if scope not in run.vocabularies:
@@ -361,17 +335,18 @@ class Retriever:
         as if they were not indexed — in L0 and in both legs: how the gate's calibration makes
         a near-domain question from an answerable one. `caller` names who asked, in the audit
         (cli, http:<key id>, eval…; default python)."""
-        request = self._request(query, kb_scope, mode)
+        request = checked_request(self.settings, query, kb_scope, mode)
         timer = _Timer()
         t0 = time.perf_counter()
         targets = self.targets(request.kb_scope)
         left_out = excluded_sources(exclude)
         # L0 (SQL) needs no vector: it runs while the query is embedded (onnxruntime lets go of the GIL)
         l0 = _L0.submit(self._navigate, request.query, [tg.kb_scope for tg in targets], left_out)
-        vectors, _ = self._embed_query(request.query, targets, timer, time.perf_counter())
-        nav, timer.timings["l0"] = l0.result()
         cals = {tg.kb_scope: self.calibrations[tg.kb_scope] for tg in targets}
+        vectors, early = self._embed_query(request.query, targets, self._judged(targets, cals), timer)
+        nav, timer.timings["l0"] = l0.result()
         run = _Run(request, targets, vectors, self._spec(request.mode, depth, left_out), cals, nav, timer)
+        run.embeds = early
         selected = with_fallback(
             lambda name, category: self._attempt(run, name, category),
             nav.category_filter,

@@ -17,7 +17,9 @@ signals look at the question word by word instead:
   in the scope (a term every document has weighs next to nothing, one none has the most).
 
 The words' embeddings cost one batch through the query model (one text per word, at most
-`MAX_WORDS`), spent only when a lookup has usable evidence to judge.
+`MAX_WORDS`). They need only the question's text, so a lookup starts them beside the query's own
+embedding (`embed_early`) rather than after the search: the batch is off the critical path, at
+the price of a wasted batch when no evidence turns out usable.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +88,24 @@ class Profile:
     left_out: np.ndarray  # the question's embedding without each word (rows)
     terms: frozenset[str] = frozenset()  # the question's analysed terms
 
+
+
+_EARLY = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kbflow-support")
+
+
+def left_out_texts(query: str) -> list[str]:
+    """The question once without each of its words: what `profile` embeds."""
+    return [without(query, w) for w in query_words(query)]
+
+
+def embed_early(query: str, embed: Callable[[list[str]], np.ndarray]) -> Callable[[list[str]], np.ndarray]:
+    """`embed`, with the question's left-out texts already on their way in another thread (the
+    encoder lets go of the GIL): `profile` then only collects them."""
+    texts = left_out_texts(query)
+    if not texts:
+        return embed
+    future = _EARLY.submit(embed, texts)
+    return lambda asked: future.result() if asked == texts else embed(asked)
 
 
 def profile(query: str, vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> Profile:

@@ -289,7 +289,7 @@ def test_a_read_command_finds_the_home_above_and_never_makes_one(tmp_path: Path)
 def test_the_python_api_truncates_a_long_query_and_takes_exclude_as_one_source(settings: Settings, tmp_path: Path):  # noqa: E501
     from pydantic import ValidationError
 
-    from kbflow.retrieval.pipeline import LookupRejected
+    from kbflow.retrieval.request import LookupRejected
 
     docs = tmp_path / "kb"
     write_doc(docs, "good.md", source="good", scope="ops", body=GOOD)

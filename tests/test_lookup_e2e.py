@@ -10,7 +10,8 @@ from kbflow.core.sql import LookupAuditRow
 from kbflow.core.stores import open_stores
 from kbflow.ingest.reindex import reindex
 from kbflow.retrieval import lookup_knowledge, project_for_agent
-from kbflow.retrieval.pipeline import IndexMissing, LookupRejected
+from kbflow.retrieval.pipeline import IndexMissing
+from kbflow.retrieval.request import LookupRejected
 from tests.conftest import REPO, write_doc
 
 FALLBACK_QUERY = "chat messages arrive late and consumer lag keeps growing"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +97,27 @@ def test_query_words_are_the_content_words_with_their_places():
     zh = [w.text for w in support.query_words("TiCDC 同步到下游 MySQL 报主键冲突怎么办")]
     assert "TiCDC" in zh and "MySQL" in zh and "怎么办" not in zh
 
+
+def test_the_words_embedded_early_are_the_ones_judged_and_only_once():
+    """A lookup starts the left-out embeddings beside the query's own: the profile it judges with
+    is the one a late embedding gives, and the batch is not embedded a second time."""
+    calls: list[list[str]] = []
+    began = threading.Event()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        calls.append(list(texts))
+        began.set()
+        return np.array([[1.0, float(len(t))] for t in texts], dtype=np.float32)
+
+    question, vector = "how do I add a new currency to ledgerd", np.array([1.0, 0.0], dtype=np.float32)
+    early = support.embed_early(question, embed)
+    assert began.wait(10)  # on its way before anything asked for it
+    judged = support.profile(question, vector, early)
+    assert calls == [support.left_out_texts(question)]  # collected, not embedded again
+    late = support.profile(question, vector, embed)
+    assert np.array_equal(judged.left_out, late.left_out)
+    assert np.array_equal(judged.importance, late.importance)
+    assert early(["other text"]).shape == (1, 2) and calls[-1] == ["other text"]  # anything else: embedded
 
 def _profile(importance: list[float], words: str) -> support.Profile:
     """Words whose leaving-out does not move the question towards or away from any chunk on the

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     answered = _through_service(args, settings)
     if answered is not None:
         return answered
-    from kbflow.retrieval.pipeline import LookupRejected
+    from kbflow.retrieval.request import LookupRejected
 
     say_what_loads(settings)
     return answer(args, _in_process(args, settings), (LookupRejected,))

@@ -165,7 +165,7 @@ def require_scope(sql: Any, scope: str | None, *, audited: bool = False) -> None
     """A --scope that names no scope is an error (exit 2) naming the ones there are, not an
     empty answer that reads like "nothing there"."""
     from kbflow.core.validation import validate_scope
-    from kbflow.retrieval.pipeline import UnknownScope, unknown_scope_message
+    from kbflow.retrieval.request import UnknownScope, unknown_scope_message
 
     if not scope:
         return
