@@ -5,6 +5,7 @@ rule, `assemble` the delivered result); this one only chains them.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -198,8 +199,9 @@ class Retriever:
             embedder.prepare(threads)
         if time.perf_counter() - t > 0.05:
             t = timer.stage("model_load", t)
+        cores = os.cpu_count() or 1
         early = {
-            m: support.embed_early(query, lambda texts, e=e: e.encode_queries(texts, threads))
+            m: support.embed_early(query, lambda texts, e=e: e.encode_queries(texts, threads), cores)
             for m, e in embedders.items()
             if m in judged and e.backend != TORCH
         }

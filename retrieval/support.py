@@ -98,14 +98,22 @@ def left_out_texts(query: str) -> list[str]:
     return [without(query, w) for w in query_words(query)]
 
 
-def embed_early(query: str, embed: Callable[[list[str]], np.ndarray]) -> Callable[[list[str]], np.ndarray]:
-    """`embed`, with the question's left-out texts already on their way in another thread (the
-    encoder lets go of the GIL): `profile` then only collects them."""
+def embed_early(
+    query: str, embed: Callable[[list[str]], np.ndarray], parts: int = 1
+) -> Callable[[list[str]], np.ndarray]:
+    """`embed`, with the question's left-out texts already on their way in other threads (the
+    encoder lets go of the GIL), in up to `parts` batches at once: `profile` then only collects
+    them. On an idle machine the parts share its cores; on a busy one they cost what one would."""
     texts = left_out_texts(query)
     if not texts:
         return embed
-    future = _EARLY.submit(embed, texts)
-    return lambda asked: future.result() if asked == texts else embed(asked)
+    n = max(1, min(parts, len(texts)))
+    futures = [_EARLY.submit(embed, texts[k * len(texts) // n : (k + 1) * len(texts) // n]) for k in range(n)]
+
+    def collect(asked: list[str]) -> np.ndarray:
+        return np.concatenate([f.result() for f in futures]) if asked == texts else embed(asked)
+
+    return collect
 
 
 def profile(query: str, vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> Profile:
