@@ -205,8 +205,9 @@ def quiet_summary(
     print(f"(A) lookup_knowledge hybrid       p50 {a50:7.1f} ms   p95 {pct(a_ms, 95):7.1f} ms")
     print(f"    of which one attempt ({len(one):3d})  p50 {one50:7.1f} ms")
     print(f"(B) embed + raw hybrid_search     p50 {b50:7.1f} ms   p95 {pct(b_ms, 95):7.1f} ms")
-    print(f"    less its level's coverage signals p50 {bare50:7.1f} ms (those: p50 "
-          f"{statistics.median(coverage):.1f} ms; `level_by_coverage = false` skips them)")
+    print(f"    less its wait for the coverage signals p50 {bare50:7.1f} ms (the wait: p50 "
+          f"{statistics.median(coverage):.1f} ms, their batch runs beside embedding and search; "
+          "`level_by_coverage = false` skips them)")
     print(f"p50 ratio A/B = {a50 / b50:.2f}  (target <= 1.5); one attempt / B = {one50 / b50:.2f}; "
           f"without the coverage signals / B = {bare50 / b50:.2f}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
