@@ -89,9 +89,10 @@ def test_a_lookup_embeds_the_query_once_per_distinct_model(tmp_path, monkeypatch
     assert {e.kb_scope for e in result.evidence} >= {"en", "en2"}
     asked = sorted(m for m, texts in calls if texts == (query,))
     assert asked == sorted([MINILM_ID, E5_ID])  # three scopes, two models, two embeddings of the query
-    # and at most one batch per model of the question without each of its words (the level's signals)
-    others = [m for m, texts in calls if texts != (query,)]
-    assert len(others) == len(set(others)) and set(others) <= {MINILM_ID, E5_ID}
+    # and the question without each of its words (the level's signals) at most once per model,
+    # in as many parts as there are cores
+    others = [(m, text) for m, texts in calls if texts != (query,) for text in texts]
+    assert len(others) == len(set(others)) and {m for m, _ in others} <= {MINILM_ID, E5_ID}
 
 
 def test_changing_a_scopes_model_asks_for_full_then_reembeds_exactly_that_scope(tmp_path):
