@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -93,7 +94,9 @@ def ask(
     judged, labelled, details = [], [], []
     for q in questions:
         kb_scope = scopes[q.scope].kb_scope
+        t = time.perf_counter()
         r = lookup_knowledge(q.query, kb_scope=kb_scope, settings=settings, caller="eval")
+        ms = (time.perf_counter() - t) * 1000
         j = judge(q, r)
         judged.append(j)
         cands = r.candidates.get(r.retrieval_trace.selected_attempt, [])
@@ -102,10 +105,22 @@ def ask(
                                                               for h in cands], model))
         details.append({
             "id": q.id, "scope": q.scope, "kind": q.kind, "query": q.query, "expected": list(q.expected),
+            "language": q.language, "ms": round(ms, 1),
             "level": j.level, "found": r.found, "top": j.top,
             "evidence": [[e.source, e.quality_score, e.confidence, e.weak, e.uncovered] for e in r.evidence],
         })
     return judged, labelled, details
+
+
+def latency(details: list[dict]) -> dict[str, float]:
+    """Median lookup milliseconds per language (a model's first lookup loads it: the median
+    looks past that)."""
+    out = {}
+    for lang in ("en", "zh"):
+        ms = sorted(d["ms"] for d in details if d["language"] == lang)
+        if ms:
+            out[f"{lang}_lookup_p50_ms"] = round(statistics.median(ms), 1)
+    return out
 
 
 def _pct(v: float | None) -> str:
@@ -277,13 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     for key, met in ok.items():
         op, target = TARGETS[key]
         print(f"{'met    ' if met else 'MISSED '} {key} {op} {_pct(target)}: {_pct(rows['all'][key])}")
+    print("lookup p50: " + ", ".join(f"{k[:2]} {v} ms" for k, v in latency(details).items()))
     if args.details:
         args.details.write_text(json.dumps(details, ensure_ascii=False, indent=1), encoding="utf-8")
     fitted = fit(settings, labelled, args.write) if args.fit else {}
     if args.predictors:
         metrics_predictors = predictors(settings, scopes, rows)
     metrics = {**rows["all"], **{f"{lang}_{k}": rows[lang][k] for lang in ("en", "zh") for k in TARGETS},
-               "questions": len(judged), "scopes": len(scopes), "lookup_seconds": round(seconds, 1)}
+               "questions": len(judged), "scopes": len(scopes), "lookup_seconds": round(seconds, 1),
+               **latency(details)}
     for base, f in fitted.items():
         metrics[f"loso_{base.rsplit('/', 1)[-1]}"] = f["leave_one_scope_out"]
     if args.predictors:
