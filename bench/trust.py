@@ -117,7 +117,7 @@ def latency(details: list[dict]) -> dict[str, float]:
     looks past that)."""
     out = {}
     for lang in ("en", "zh"):
-        ms = sorted(d["ms"] for d in details if d["language"] == lang)
+        ms = [d["ms"] for d in details if d["language"] == lang]
         if ms:
             out[f"{lang}_lookup_p50_ms"] = round(statistics.median(ms), 1)
     return out
@@ -292,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, met in ok.items():
         op, target = TARGETS[key]
         print(f"{'met    ' if met else 'MISSED '} {key} {op} {_pct(target)}: {_pct(rows['all'][key])}")
-    print("lookup p50: " + ", ".join(f"{k[:2]} {v} ms" for k, v in latency(details).items()))
+    medians = latency(details)
+    print("lookup p50: " + ", ".join(f"{k[:2]} {v} ms" for k, v in medians.items()))
     if args.details:
         args.details.write_text(json.dumps(details, ensure_ascii=False, indent=1), encoding="utf-8")
     fitted = fit(settings, labelled, args.write) if args.fit else {}
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_predictors = predictors(settings, scopes, rows)
     metrics = {**rows["all"], **{f"{lang}_{k}": rows[lang][k] for lang in ("en", "zh") for k in TARGETS},
                "questions": len(judged), "scopes": len(scopes), "lookup_seconds": round(seconds, 1),
-               **latency(details)}
+               **medians}
     for base, f in fitted.items():
         metrics[f"loso_{base.rsplit('/', 1)[-1]}"] = f["leave_one_scope_out"]
     if args.predictors:
